@@ -1,0 +1,157 @@
+"""The `imgw` command: serve, token, chat."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import sys
+import time
+from collections.abc import Sequence
+from typing import Final
+
+from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, load
+from protocol.token import DEVICE_RE, KID_RE, sign_token
+
+DEV_KEY: Final = "dev:imgw-dev-secret"
+"""Used by `imgw serve` on a loopback address when no key is configured, and by `imgw
+chat` and `imgw token` by default, so a first try needs no setup. Never for production:
+the gateway refuses to use it on a non-loopback address."""
+
+_DESCRIPTION = """\
+imgw: an instant-messaging connection gateway.
+
+Native chat apps keep a persistent TCP connection to imgw and speak a compact msgpack
+protocol (docs/protocol.md). Start a gateway on the embedded store with `imgw serve`,
+then try it from two terminals with `imgw chat --uid 1 --peer 2` and
+`imgw chat --uid 2 --peer 1`.
+"""
+
+
+def _serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file with settings (keys as the long flags)")
+    p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, help="TCP port (default 7070)")
+    p.add_argument(
+        "--token-key",
+        action="append",
+        metavar="KID:SECRET",
+        help="token signing key; repeat for rotation (env IMGW_TOKEN_KEYS=kid:s,kid2:s2)",
+    )
+    p.add_argument("--data-dir", help=f"embedded store directory (default {DEFAULT_DATA_DIR})")
+    p.add_argument("--store", help="authoritative store URL (default sqlite:///<data-dir>/imgw.db)")
+    p.add_argument("--cache", help="route/cache URL (default memory://)")
+    p.add_argument("--bus", help="cross-node bus URL (default local://)")
+    p.add_argument("--node-id", help="this node's id in routes (default <hostname>-<pid>)")
+    p.add_argument("--admin-port", type=int, help="HTTP port for /healthz /readyz /metrics")
+    p.add_argument("--hb", type=int, help="heartbeat interval announced to clients, s (30)")
+    p.add_argument("--idle", type=int, help="close connections silent this long, s (75)")
+    p.add_argument("--login-timeout", type=float, help="seconds to send LOGIN (10)")
+    p.add_argument("--max-frame", type=int, help="largest frame body accepted, bytes (65536)")
+    p.add_argument("--max-content", type=int, help="largest message content, bytes (2048)")
+    p.add_argument("--max-connections", type=int, help="connection cap of this node")
+    p.add_argument("--recall-window", type=float, help="seconds a sender may recall (120)")
+    p.add_argument("--rate-burst", type=int, help="sends per uid in a burst (200)")
+    p.add_argument("--rate-per-s", type=float, help="sustained sends per uid per second (100)")
+    p.add_argument("--batch-max", type=int, help="messages per group commit (512)")
+    p.add_argument("--batch-delay-ms", type=float, help="longest wait to fill a batch (2)")
+    p.add_argument("--shutdown-timeout", type=float, help="seconds to finish in-flight sends")
+    p.add_argument("--log-format", choices=["console", "json"], help="log format (console)")
+    p.add_argument("--log-level", help="debug, info, warning, error (info)")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    names = [
+        "host", "port", "data_dir", "store", "cache", "bus", "node_id", "admin_port", "hb",
+        "idle", "login_timeout", "max_frame", "max_content", "max_connections",
+        "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
+        "shutdown_timeout", "log_format", "log_level",
+    ]  # fmt: skip
+    overrides = {n: getattr(args, n, None) for n in names}
+    overrides["token_keys"] = tuple(args.token_key or ())
+    return load(overrides, config_file=args.config)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from gateway.server import run
+
+    try:
+        cfg = config_from_args(args)
+        if not cfg.token_keys:
+            if not _is_loopback(cfg.host):
+                raise ConfigError(
+                    f"no token keys and host {cfg.host} is not loopback: pass --token-key "
+                    "KID:SECRET or set IMGW_TOKEN_KEYS"
+                )
+            print(
+                f"imgw: no --token-key given; using the development key {DEV_KEY!r} "
+                "(loopback only, never for production)",
+                file=sys.stderr,
+            )
+            cfg = dataclasses.replace(cfg, token_keys=(DEV_KEY,))
+        cfg.validate()
+    except ConfigError as e:
+        print(f"imgw serve: {e}", file=sys.stderr)
+        return 2
+    return run(cfg)
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    if KID_RE.fullmatch(args.kid) is None:
+        print("imgw token: --kid must match [A-Za-z0-9_-]{1,16}", file=sys.stderr)
+        return 2
+    if DEVICE_RE.fullmatch(args.device) is None:
+        print("imgw token: --device must match [A-Za-z0-9_-]{1,32}", file=sys.stderr)
+        return 2
+    if args.uid < 1:
+        print("imgw token: --uid must be a positive integer", file=sys.stderr)
+        return 2
+    exp = int(time.time()) + args.ttl
+    print(sign_token(args.kid, args.secret, args.uid, args.device, exp))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="imgw", description=_DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser("serve", help="run a gateway node")
+    _serve_args(serve)
+    serve.set_defaults(func=cmd_serve)
+
+    dev_kid, dev_secret = DEV_KEY.split(":", 1)
+    token = sub.add_parser("token", help="mint a login token (for testing)")
+    token.add_argument("--uid", type=int, required=True)
+    token.add_argument("--device", required=True)
+    token.add_argument("--kid", default=dev_kid, help=f"key id (default {dev_kid})")
+    token.add_argument("--secret", default=dev_secret, help="signing secret (default: dev key)")
+    token.add_argument("--ttl", type=int, default=86_400, help="seconds of validity (86400)")
+    token.set_defaults(func=cmd_token)
+
+    from gateway import chat
+
+    chat_p = sub.add_parser("chat", help="chat from a terminal (try imgw from two of them)")
+    chat.add_arguments(chat_p, default_key=DEV_KEY)
+    chat_p.set_defaults(func=chat.main)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""One typed configuration, from (lowest to highest precedence) defaults, an optional TOML
+file, environment variables (IMGW_<NAME>) and command-line flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Final
+
+from protocol.ops import MAX_CONTENT_DEFAULT, MAX_FRAME_DEFAULT
+from protocol.token import KeyRing
+
+ENV_PREFIX: Final = "IMGW_"
+DEFAULT_DATA_DIR: Final = "./imgw-data"
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message says which and what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 7070
+    token_keys: tuple[str, ...] = ()  # "KID:SECRET" entries
+    data_dir: str = DEFAULT_DATA_DIR
+    store: str = ""  # default: sqlite:///<data_dir>/imgw.db
+    cache: str = "memory://"
+    bus: str = "local://"
+    node_id: str = ""  # default: <hostname>-<pid>
+    # Session timing (seconds); hb and idle are announced in LOGIN_OK.
+    hb: int = 30
+    idle: int = 75
+    login_timeout: float = 10.0
+    route_renew_s: float = 30.0
+    token_leeway: int = 60
+    # Limits.
+    max_frame: int = MAX_FRAME_DEFAULT
+    max_content: int = MAX_CONTENT_DEFAULT
+    max_connections: int = 1_000_000
+    max_connections_per_ip: int = 0  # 0 = unlimited (load tests come from one IP)
+    max_write_buffer: int = 1 << 20  # a connection with more unsent bytes is slow_consumer
+    max_inflight_requests: int = 256  # per connection; beyond this, reading pauses
+    recall_window: float = 120.0
+    rate_burst: int = 200
+    rate_per_s: float = 100.0
+    # Send batcher.
+    batch_max: int = 512
+    batch_delay_ms: float = 2.0
+    # Operations.
+    shutdown_timeout: float = 10.0
+    drain_rate: float = 1000.0
+    admin_port: int = 0  # 0 = no admin HTTP listener
+    log_format: str = "console"  # console | json
+    log_level: str = "info"
+
+    def keyring(self) -> KeyRing:
+        return KeyRing.from_pairs(self.token_keys)
+
+    def store_url(self) -> str:
+        return self.store or f"sqlite:///{Path(self.data_dir) / 'imgw.db'}"
+
+    def validate(self) -> None:
+        if not self.token_keys:
+            raise ConfigError(
+                "no token keys: pass --token-key KID:SECRET (repeatable) or set "
+                "IMGW_TOKEN_KEYS=kid:secret,kid2:secret2"
+            )
+        try:
+            self.keyring()
+        except ValueError as e:
+            raise ConfigError(f"bad token key: {e}") from e
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be 1..65535, got {self.port}")
+        if self.hb <= 0 or self.idle <= self.hb:
+            raise ConfigError(f"need 0 < hb < idle, got hb={self.hb} idle={self.idle}")
+        if self.max_content > self.max_frame - 256:
+            raise ConfigError("max_content must leave room in max_frame for the SEND header")
+        if self.log_format not in ("console", "json"):
+            raise ConfigError("log_format must be console or json")
+        for name, url in (("store", self.store_url()), ("cache", self.cache), ("bus", self.bus)):
+            if "://" not in url:
+                raise ConfigError(f"--{name} must be a URL like scheme://..., got {url!r}")
+
+
+_FIELDS: Final = {f.name: f for f in fields(Config)}
+
+
+def _coerce(name: str, raw: Any) -> Any:
+    kind = _FIELDS[name].type
+    try:
+        if kind == "tuple[str, ...]":
+            if isinstance(raw, str):
+                return tuple(p.strip() for p in raw.split(",") if p.strip())
+            return tuple(str(p) for p in raw)
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"setting {name}: cannot use {raw!r} ({e})") from e
+
+
+def load(
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    config_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Merge file, environment and explicit overrides (flags); None values are ignored."""
+    values: dict[str, Any] = {}
+    path = config_file or (env or os.environ).get(ENV_PREFIX + "CONFIG")
+    if path:
+        try:
+            with open(path, "rb") as fh:
+                data = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"cannot read config file {path}: {e}") from e
+        for key, raw in data.items():
+            name = key.replace("-", "_")
+            if name not in _FIELDS:
+                raise ConfigError(f"unknown setting {key!r} in {path}")
+            values[name] = _coerce(name, raw)
+    for key, raw in (env if env is not None else os.environ).items():
+        if key.startswith(ENV_PREFIX) and key != ENV_PREFIX + "CONFIG":
+            name = key[len(ENV_PREFIX) :].lower()
+            if name in _FIELDS:
+                values[name] = _coerce(name, raw)
+    for name, raw in (overrides or {}).items():
+        if raw is None or (name == "token_keys" and not raw):
+            continue
+        values[name] = _coerce(name, raw)
+    return dataclasses.replace(Config(), **values)

@@ -1,0 +1,268 @@
+"""One asyncio.Protocol per socket: framing, the session state machine, liveness,
+write-buffer limits and the in-order request queue. The op semantics live in
+`gateway.handlers`; this module only moves frames.
+
+An idle connection owns no task and no timer handle: the node's timing wheel drives its
+login deadline, idle timeout, token expiry and route renewal. A task exists only while
+the connection has requests in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from typing import TYPE_CHECKING, Final, cast
+
+from gateway.handlers import dispatch
+from protocol.codec import encode
+from protocol.decoder import FrameDecoder, Side
+from protocol.errors import FrameError
+from protocol.frames import Error, Invalid, Kick, Login, Ping, Pong
+from protocol.ops import ErrorCode, KickReason
+from storage.models import Route
+
+if TYPE_CHECKING:
+    from gateway.node import Node
+    from protocol.frames import ClientFrame, Frame, ServerFrame
+
+_PONG: Final = encode(Pong())
+CLOSE_GRACE_S: Final = 5.0  # a closing socket that has not flushed by then is aborted
+
+
+class State(enum.IntEnum):
+    AWAIT_LOGIN = 0
+    LOGGING_IN = 1
+    ACTIVE = 2
+    CLOSING = 3
+    CLOSED = 4
+
+
+class Connection(asyncio.Protocol):
+    __slots__ = (
+        "conn_id",
+        "deadline",
+        "decoder",
+        "inbox",
+        "last_renew",
+        "last_rx",
+        "node",
+        "paused",
+        "peer_ip",
+        "route",
+        "state",
+        "task",
+        "timer_at",
+        "timer_slot",
+        "token_deadline",
+        "transport",
+    )
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.conn_id = 0
+        self.transport: asyncio.Transport | None = None
+        self.decoder: FrameDecoder | None = None
+        self.state = State.AWAIT_LOGIN
+        self.route: Route | None = None
+        self.peer_ip = ""
+        self.last_rx = 0.0
+        self.last_renew = 0.0
+        self.deadline = 0.0  # login deadline, then the close grace deadline
+        self.token_deadline = 0.0
+        self.timer_at = 0.0
+        self.timer_slot = 0
+        self.inbox: deque[ClientFrame] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.paused = False
+
+    # -- identity -----------------------------------------------------------------------
+
+    @property
+    def uid(self) -> int:
+        return self.route.uid if self.route is not None else 0
+
+    @property
+    def device(self) -> str:
+        return self.route.device if self.route is not None else ""
+
+    @property
+    def active(self) -> bool:
+        return self.state == State.ACTIVE
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)
+        node = self.node
+        peer = transport.get_extra_info("peername")
+        self.peer_ip = peer[0] if peer else ""
+        if not node.admit(self):
+            transport.abort()
+            self.state = State.CLOSED
+            return
+        self.decoder = FrameDecoder(max_frame=node.config.max_frame, side=Side.SERVER)
+        now = node.loop.time()
+        self.last_rx = now
+        self.deadline = now + node.config.login_timeout
+        node.wheel.schedule(self, self.deadline)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state >= State.CLOSING or self.decoder is None:
+            return
+        self.last_rx = self.node.loop.time()
+        try:
+            frames = self.decoder.feed(data)
+        except FrameError as e:
+            for frame in e.frames:
+                self._accept(frame)
+            self.fail(e.code, str(e))
+            return
+        for frame in frames:
+            if self.state >= State.CLOSING:
+                return
+            self._accept(frame)
+
+    def eof_received(self) -> bool | None:
+        return None  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        prev = self.state
+        self.state = State.CLOSED
+        self.timer_at = 0.0
+        self.decoder = None
+        self.inbox = None
+        self.node.forget(self, was_active=prev >= State.ACTIVE)
+
+    def pause_writing(self) -> None:
+        pass  # the hard cap in write() decides; the kernel buffer absorbs bursts
+
+    def resume_writing(self) -> None:
+        pass
+
+    # -- inbound ------------------------------------------------------------------------
+
+    def _accept(self, frame: Frame | Invalid) -> None:
+        if self.state == State.AWAIT_LOGIN:
+            if isinstance(frame, Login):
+                self.state = State.LOGGING_IN
+            elif isinstance(frame, Invalid):
+                code = ErrorCode.BAD_REQUEST if frame.op == 1 else ErrorCode.NOT_LOGGED_IN
+                self.fail(code, frame.text if frame.op == 1 else "LOGIN must come first", frame.rid)
+                return
+            else:
+                self.fail(
+                    ErrorCode.NOT_LOGGED_IN, "LOGIN must come first", getattr(frame, "rid", 0)
+                )
+                return
+        elif self.state == State.ACTIVE and type(frame) is Ping:
+            self.write(_PONG)  # the hot heartbeat path: no queue, no task
+            return
+        inbox = self.inbox
+        if inbox is None:
+            inbox = self.inbox = deque()
+        inbox.append(frame)  # type: ignore[arg-type]
+        if self.task is None:
+            self.task = self.node.loop.create_task(self._drain())
+        if len(inbox) >= self.node.config.max_inflight_requests and not self.paused:
+            self.paused = True
+            assert self.transport is not None
+            self.transport.pause_reading()
+
+    async def _drain(self) -> None:
+        """Handle queued requests one at a time, in arrival order."""
+        try:
+            while self.inbox and self.state < State.CLOSING:
+                frame = self.inbox.popleft()
+                await dispatch(self.node, self, frame)
+                if self.paused and len(self.inbox) < self.node.config.max_inflight_requests // 2:
+                    self.paused = False
+                    if self.transport is not None and self.state < State.CLOSING:
+                        self.transport.resume_reading()
+        finally:
+            self.task = None
+            if self.inbox:
+                self.inbox.clear()
+
+    # -- outbound -----------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is None or self.state >= State.CLOSING:
+            return
+        transport.write(data)
+        if transport.get_write_buffer_size() > self.node.config.max_write_buffer:
+            self.kick(KickReason.SLOW_CONSUMER, "write buffer full")
+
+    def send(self, frame: ServerFrame) -> None:
+        self.write(encode(frame))
+
+    def error(self, rid: int, code: ErrorCode, text: str = "") -> None:
+        """Answer with ERROR; errors that close the connection close it."""
+        if code.closes_connection or self.state < State.ACTIVE:
+            self.fail(code, text, rid)
+        else:
+            self.send(Error(rid, int(code), text))
+
+    def fail(self, code: ErrorCode, text: str, rid: int = 0) -> None:
+        """Send a closing ERROR and close."""
+        self.node.metrics.errors.labels(code=code.name.lower()).inc()
+        self._close_with(encode(Error(rid, int(code), text)))
+
+    def kick(self, reason: KickReason, text: str = "", reconnect_hint: str = "") -> None:
+        self.node.metrics.kicks.labels(reason=reason.name.lower()).inc()
+        self._close_with(encode(Kick(int(reason), text, reconnect_hint)))
+
+    def close(self) -> None:
+        """Close without a frame."""
+        self._close_with(None)
+
+    def _close_with(self, last: bytes | None) -> None:
+        transport = self.transport
+        if transport is None or self.state >= State.CLOSING:
+            return
+        was = self.state
+        self.state = State.CLOSING
+        cap = self.node.config.max_write_buffer
+        if last is not None and transport.get_write_buffer_size() <= cap:
+            transport.write(last)
+        transport.close()
+        self.node.closing(self, was_active=was == State.ACTIVE)
+        self.deadline = self.node.loop.time() + CLOSE_GRACE_S
+        self.timer_at = 0.0
+        self.node.wheel.schedule(self, self.deadline)
+
+    # -- timing wheel -------------------------------------------------------------------
+
+    def on_timer(self, now: float) -> float | None:
+        state = self.state
+        if state == State.CLOSED:
+            return None
+        if state == State.CLOSING:
+            if now >= self.deadline and self.transport is not None:
+                self.transport.abort()  # the peer never took our last bytes
+                return None
+            return self.deadline
+        if state < State.ACTIVE:
+            if now >= self.deadline:
+                self.fail(ErrorCode.NOT_LOGGED_IN, "login timeout")
+                return None
+            return self.deadline
+        cfg = self.node.config
+        if now - self.last_rx >= cfg.idle:
+            self.close()
+            return None
+        if self.token_deadline and now >= self.token_deadline:
+            self.kick(KickReason.AUTH_REVOKED, "token expired")
+            return None
+        if now - self.last_renew >= cfg.route_renew_s:
+            if self.last_rx > self.last_renew:
+                self.last_renew = now
+                self.node.renew_route(self)
+            nxt_renew = now + cfg.route_renew_s
+        else:
+            nxt_renew = self.last_renew + cfg.route_renew_s
+        nxt = min(self.last_rx + cfg.idle, nxt_renew)
+        if self.token_deadline:
+            nxt = min(nxt, self.token_deadline)
+        return nxt

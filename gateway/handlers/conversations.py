@@ -1,0 +1,82 @@
+"""OPEN_P2P, GROUP_CREATE, GROUP_MEMBERS and GROUP_INFO."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from gateway.handlers.base import RequestError, require_member
+from protocol.frames import (
+    ConvOk,
+    GroupCreate,
+    GroupInfo,
+    GroupInfoResult,
+    GroupMembers,
+    Ok,
+    OpenP2P,
+)
+from protocol.ops import ConvKind, ErrorCode
+from storage.models import Conversation
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.node import Node
+
+GROUP_MAX_MEMBERS: Final = 1000
+TITLE_MAX_BYTES: Final = 256
+
+
+async def open_p2p(node: Node, conn: Connection, f: OpenP2P) -> None:
+    if f.peer_uid == conn.uid:
+        raise RequestError(ErrorCode.BAD_REQUEST, "cannot open a conversation with yourself")
+    conv_id = await node.store.open_p2p(conn.uid, f.peer_uid)
+    conn.send(ConvOk(f.rid, conv_id))
+
+
+async def group_create(node: Node, conn: Connection, f: GroupCreate) -> None:
+    if len(f.title.encode()) > TITLE_MAX_BYTES:
+        raise RequestError(ErrorCode.BAD_REQUEST, f"title over {TITLE_MAX_BYTES} bytes")
+    members = list(dict.fromkeys([conn.uid, *f.uids]))
+    if len(members) > GROUP_MAX_MEMBERS:
+        raise RequestError(ErrorCode.BAD_REQUEST, f"groups hold at most {GROUP_MAX_MEMBERS}")
+    conv_id, created = await node.store.create_group(conn.uid, f.title, members)
+    conn.send(ConvOk(f.rid, conv_id))
+    node.fanout(created)
+
+
+async def _group(node: Node, conv_id: int) -> Conversation:
+    conv = await node.store.get_conversation(conv_id)
+    if conv is None:
+        raise RequestError(ErrorCode.NO_SUCH_CONVERSATION, f"no conversation {conv_id}")
+    if conv.kind != ConvKind.GROUP:
+        raise RequestError(ErrorCode.BAD_REQUEST, f"conversation {conv_id} is not a group")
+    return conv
+
+
+async def group_members(node: Node, conn: Connection, f: GroupMembers) -> None:
+    conv = await _group(node, f.conv_id)
+    await require_member(node, f.conv_id, conn.uid)
+    if set(f.add) & set(f.remove):
+        raise RequestError(ErrorCode.BAD_REQUEST, "a uid is in both the add and remove lists")
+    others_removed = [u for u in f.remove if u != conn.uid]
+    if (f.add or others_removed) and conv.owner_uid != conn.uid:
+        raise RequestError(ErrorCode.FORBIDDEN, "only the owner may add or remove others")
+    before = await node.store.member_uids(f.conv_id)
+    present = set(before)
+    new = {u for u in f.add if u not in present}
+    if len(present) + len(new) > GROUP_MAX_MEMBERS:
+        raise RequestError(ErrorCode.BAD_REQUEST, f"groups hold at most {GROUP_MAX_MEMBERS}")
+    change = await node.store.change_members(f.conv_id, conn.uid, f.add, f.remove)
+    conn.send(Ok(f.rid))
+    if change.messages:
+        # Everyone who was or is a member hears of it: removed members get their removal.
+        after = await node.store.member_uids(f.conv_id)
+        audience = list(dict.fromkeys([*before, *after]))
+        for msg in change.messages:
+            node.fanout(msg, uids=audience)
+
+
+async def group_info(node: Node, conn: Connection, f: GroupInfo) -> None:
+    conv = await _group(node, f.conv_id)
+    await require_member(node, f.conv_id, conn.uid)
+    members = await node.store.member_uids(f.conv_id)
+    conn.send(GroupInfoResult(f.rid, f.conv_id, conv.title, conv.owner_uid, tuple(members)))

@@ -1,0 +1,159 @@
+"""SEND, PULL, HISTORY and RECALL."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import TYPE_CHECKING, Final
+
+from gateway.handlers.base import RequestError, page_limit, require_member, require_reader
+from protocol.frames import (
+    History,
+    HistoryResult,
+    MsgRecord,
+    Pull,
+    PullResult,
+    Recall,
+    RecallOk,
+    Send,
+    SendAck,
+)
+from protocol.ops import ErrorCode, is_client_msg_type
+from storage.models import (
+    AppendResult,
+    AppendStatus,
+    NewMessage,
+    RecallStatus,
+    StoredMessage,
+    StoreUnavailable,
+)
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.node import Node
+
+MSG_LIMIT_DEFAULT: Final = 50
+MSG_LIMIT_MAX: Final = 200
+_CONFLICT: Final = "client_msg_id already used for a different message"
+
+
+def _ack(rid: int, m: StoredMessage) -> SendAck:
+    return SendAck(rid, m.conv_id, m.seq, m.msg_id, m.server_ms)
+
+
+def _record(m: StoredMessage) -> MsgRecord:
+    return MsgRecord(
+        m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content, m.server_ms, m.client_msg_id
+    )
+
+
+def _same_send(m: StoredMessage, f: Send) -> bool:
+    return (m.conv_id, m.msg_type, m.content) == (f.conv_id, f.msg_type, f.content)
+
+
+async def _answer_resend(node: Node, conn: Connection, f: Send) -> bool:
+    """If this (sender, client_msg_id) was stored before, answer as the original send did
+    and return True. Checked before refusing a send, so a retry of an acked message is
+    acked again whatever changed since (membership, rate)."""
+    prior = await node.store.find_sent(conn.uid, f.client_msg_id)
+    if prior is None:
+        return False
+    if _same_send(prior, f):
+        node.metrics.sends.labels(result="duplicate").inc()
+        conn.send(_ack(f.rid, prior))
+    else:
+        conn.error(
+            f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, "client_msg_id reused for another message"
+        )
+    return True
+
+
+async def send(node: Node, conn: Connection, f: Send) -> None:
+    if not is_client_msg_type(f.msg_type):
+        raise RequestError(ErrorCode.BAD_MSG_TYPE, f"msg_type {f.msg_type} is reserved")
+    if len(f.content) > node.config.max_content:
+        raise RequestError(
+            ErrorCode.CONTENT_TOO_LARGE, f"content over {node.config.max_content} bytes"
+        )
+    uid = conn.uid
+    m = await node.store.get_membership(f.conv_id, uid)
+    if m is None or not m.active:
+        if await _answer_resend(node, conn, f):
+            return
+        await require_member(node, f.conv_id, uid)  # raises the right error
+    if not node.limiter.take(uid):
+        if await _answer_resend(node, conn, f):
+            return
+        node.metrics.sends.labels(result="rate_limited").inc()
+        raise RequestError(ErrorCode.RATE_LIMITED, "send rate limit; slow down")
+    msg = NewMessage(f.conv_id, uid, f.client_msg_id, f.msg_type, f.content)
+    fut = node.batcher.submit(msg)
+    fut.add_done_callback(functools.partial(_committed, node, conn, f, node.loop.time()))
+
+
+def _committed(
+    node: Node, conn: Connection, f: Send, started: float, fut: asyncio.Future[AppendResult]
+) -> None:
+    if fut.cancelled():
+        conn.error(f.rid, ErrorCode.UNAVAILABLE, "send interrupted; retry with the same id")
+        return
+    exc = fut.exception()
+    if exc is not None:
+        node.metrics.sends.labels(result="unavailable").inc()
+        if not isinstance(exc, StoreUnavailable):
+            node.log.error("send commit failed", error=repr(exc))
+        conn.error(f.rid, ErrorCode.UNAVAILABLE, "store unavailable; retry with the same id")
+        return
+    result = fut.result()
+    if result.status is AppendStatus.CONFLICT or result.message is None:
+        node.limiter.refund(conn.uid)
+        conn.error(
+            f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, "client_msg_id reused for another message"
+        )
+        return
+    conn.send(_ack(f.rid, result.message))
+    node.metrics.ack_seconds.observe(node.loop.time() - started)
+    if result.status is AppendStatus.DUPLICATE:
+        node.limiter.refund(conn.uid)
+        node.metrics.sends.labels(result="duplicate").inc()
+        return
+    node.metrics.sends.labels(result="stored").inc()
+    node.fanout(result.message, exclude=conn)
+
+
+async def pull(node: Node, conn: Connection, f: Pull) -> None:
+    m = await require_reader(node, f.conv_id, conn.uid)
+    limit = page_limit(f.limit, MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX)
+    msgs, more = await node.store.read_after(
+        f.conv_id, f.after_seq, limit, min_seq=m.joined_seq, max_seq=m.left_seq
+    )
+    conn.send(PullResult(f.rid, f.conv_id, more, tuple(_record(x) for x in msgs)))
+
+
+async def history(node: Node, conn: Connection, f: History) -> None:
+    m = await require_reader(node, f.conv_id, conn.uid)
+    limit = page_limit(f.limit, MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX)
+    msgs, more = await node.store.read_before(
+        f.conv_id, f.before_seq, limit, min_seq=m.joined_seq, max_seq=m.left_seq
+    )
+    conn.send(HistoryResult(f.rid, f.conv_id, more, tuple(_record(x) for x in msgs)))
+
+
+async def recall(node: Node, conn: Connection, f: Recall) -> None:
+    m = await require_member(node, f.conv_id, conn.uid)
+    result = await node.store.recall(
+        f.conv_id,
+        f.seq,
+        conn.uid,
+        window_ms=int(node.config.recall_window * 1000),
+        min_seq=m.joined_seq,
+    )
+    if result.status is RecallStatus.NO_SUCH_MESSAGE:
+        raise RequestError(ErrorCode.NO_SUCH_MESSAGE, f"no message {f.seq} in {f.conv_id}")
+    if result.status is RecallStatus.DENIED:
+        raise RequestError(
+            ErrorCode.RECALL_DENIED, "only the sender may recall, within the recall window"
+        )
+    conn.send(RecallOk(f.rid, f.conv_id, result.recall_seq))
+    if result.message is not None:
+        node.fanout(result.message, exclude=conn)

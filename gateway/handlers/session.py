@@ -1,0 +1,73 @@
+"""LOGIN, PING (when queued behind other requests) and LOGOUT."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from protocol.frames import Login, LoginOk, Logout, Ping, Pong
+from protocol.ops import PROTOCOL_VERSION, ErrorCode
+from protocol.token import DEVICE_RE, TokenError, verify_token
+from storage.models import StoreUnavailable
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.node import Node
+
+
+async def login(node: Node, conn: Connection, f: Login) -> None:
+    if conn.active:
+        conn.error(f.rid, ErrorCode.BAD_REQUEST, "already logged in")
+        return
+    if f.v != PROTOCOL_VERSION:
+        node.metrics.logins.labels(result="version").inc()
+        conn.fail(ErrorCode.VERSION_UNSUPPORTED, f"protocol v{f.v} unsupported; use v1", f.rid)
+        return
+    if DEVICE_RE.fullmatch(f.device) is None:
+        node.metrics.logins.labels(result="bad_request").inc()
+        conn.fail(ErrorCode.BAD_REQUEST, "device must match [A-Za-z0-9_-]{1,32}", f.rid)
+        return
+    cfg = node.config
+    try:
+        claims = verify_token(
+            f.token,
+            node.keyring,
+            uid=f.uid,
+            device=f.device,
+            now=time.time(),
+            leeway=cfg.token_leeway,
+        )
+    except TokenError as e:
+        node.metrics.logins.labels(result="auth_failed").inc()
+        node.log.info("login refused", uid=f.uid, device=f.device, reason=e.reason)
+        conn.fail(ErrorCode.AUTH_FAILED, "token refused", f.rid)
+        return
+    try:
+        opened = await node.open_session(conn, f.uid, f.device, claims.exp)
+    except StoreUnavailable as e:
+        node.log.warning("login failed: route store unavailable", error=str(e))
+        conn.fail(ErrorCode.UNAVAILABLE, "route store unavailable; retry", f.rid)
+        return
+    if not opened:
+        return  # the connection closed while the route was being written
+    node.metrics.logins.labels(result="ok").inc()
+    conn.send(
+        LoginOk(
+            f.rid,
+            node.node_id,
+            cfg.hb,
+            cfg.idle,
+            cfg.max_frame,
+            cfg.max_content,
+            int(time.time() * 1000),
+        )
+    )
+
+
+async def ping(node: Node, conn: Connection, f: Ping) -> None:
+    conn.send(Pong())
+
+
+async def logout(node: Node, conn: Connection, f: Logout) -> None:
+    await node.end_session(conn)
+    conn.close()

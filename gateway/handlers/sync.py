@@ -1,0 +1,96 @@
+"""SYNC: the conversations that changed since the caller's last pass.
+
+`since` and `cursor` are opaque to clients. Here `since` is the store time (ms) at which
+the previous pass started, and each pass lists rows changed at or after `since` minus
+SYNC_OVERLAP_MS, so a commit that landed late or a node whose clock runs behind is listed
+again rather than missed. A pass pages through rows by (last_active_ms, conv_id)
+descending; the cursor carries the pass's start time (every page returns the same
+`next_since`), its `since` and the last key served. A row that changes during a pass may
+move ahead of the cursor and be skipped on this pass; its change time is after the pass
+started, so the next pass lists it.
+
+Wire forms (bin): since = b"S" + u64 ms; cursor = b"C" + u64 pass_ms + u64 since_ms +
+u64 last_active_ms + u64 conv_id. `0` is the initial value of both.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING, Final
+
+from gateway.handlers.base import RequestError, page_limit
+from protocol.frames import ConvRecord, Sync, SyncResult
+from protocol.ops import ErrorCode
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.node import Node
+
+SYNC_OVERLAP_MS: Final = 10_000
+CONV_LIMIT_DEFAULT: Final = 100
+CONV_LIMIT_MAX: Final = 500
+FUTURE_SLACK_MS: Final = 300_000  # a since this far ahead of our clock was never issued
+
+_SINCE: Final = struct.Struct(">cQ")
+_CURSOR: Final = struct.Struct(">cQQQQ")
+
+
+def encode_since(ms: int) -> bytes:
+    return _SINCE.pack(b"S", ms)
+
+
+def decode_since(value: int | str | bytes, now_ms: int) -> int:
+    if value == 0 and type(value) is int:
+        return 0
+    if isinstance(value, bytes) and len(value) == _SINCE.size:
+        tag, ms = _SINCE.unpack(value)
+        if tag == b"S" and ms <= now_ms + FUTURE_SLACK_MS:
+            return int(ms)
+    raise RequestError(ErrorCode.BAD_REQUEST, "since was not issued by this server; use 0")
+
+
+def decode_cursor(value: int | str | bytes, since_ms: int) -> tuple[int, int, int] | None:
+    """(pass_ms, last_active_ms, conv_id) of the last row served, or None for page 1."""
+    if value == 0 and type(value) is int:
+        return None
+    if isinstance(value, bytes) and len(value) == _CURSOR.size:
+        tag, pass_ms, c_since, active, conv_id = _CURSOR.unpack(value)
+        if tag == b"C" and c_since == since_ms:
+            return pass_ms, active, conv_id
+    raise RequestError(
+        ErrorCode.BAD_REQUEST, "cursor was not issued for this since; restart with cursor 0"
+    )
+
+
+async def sync(node: Node, conn: Connection, f: Sync) -> None:
+    store = node.store
+    now = store.now_ms()
+    since_ms = decode_since(f.since, now)
+    after = decode_cursor(f.cursor, since_ms)
+    pass_ms = now if after is None else after[0]
+    limit = page_limit(f.limit, CONV_LIMIT_DEFAULT, CONV_LIMIT_MAX)
+    page = await store.sync(
+        conn.uid,
+        conn.device,
+        changed_since_ms=max(0, since_ms - SYNC_OVERLAP_MS) if since_ms else 0,
+        after=None if after is None else (after[1], after[2]),
+        limit=limit,
+    )
+    rows = tuple(
+        ConvRecord(
+            r.conv_id,
+            r.kind,
+            r.max_seq,
+            r.read_seq,
+            r.delivered_seq,
+            r.unread,
+            r.last_active_ms,
+            r.is_member,
+        )
+        for r in page.rows
+    )
+    next_cursor: int | bytes = 0
+    if page.has_more and rows:
+        last = rows[-1]
+        next_cursor = _CURSOR.pack(b"C", pass_ms, since_ms, last.last_active_ms, last.conv_id)
+    conn.send(SyncResult(f.rid, encode_since(pass_ms), next_cursor, bool(next_cursor), rows))

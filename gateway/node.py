@@ -1,0 +1,278 @@
+"""A gateway node: the live connections of one worker and what they share (config, store,
+routes, bus, timing wheel, send batcher, rate limiter, metrics), and fan-out.
+
+Connections call into the node for everything that crosses connections: admission,
+sessions (route install, duplicate-login kicks), route renewals, and delivery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine, Iterable, Sequence
+from typing import Any, Final
+
+import msgpack
+import structlog
+
+from gateway.batcher import SendBatcher
+from gateway.config import Config
+from gateway.connection import Connection, State
+from gateway.metrics import Metrics
+from gateway.ratelimit import SendRateLimiter
+from gateway.wheel import TimingWheel
+from protocol.codec import encode
+from protocol.frames import Push
+from protocol.ops import KickReason
+from storage.models import Route, StoredMessage
+from storage.ports import Bus, ChatStore, RouteStore
+
+RATE_PRUNE_EVERY_S: Final = 60.0
+
+# Bus envelopes: [kind, conn_ids, frame bytes]
+BUS_FRAMES: Final = 1
+BUS_KICK: Final = 2
+
+
+class Node:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        node_id: str,
+        store: ChatStore,
+        routes: RouteStore,
+        bus: Bus,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.store = store
+        self.routes = routes
+        self.bus = bus
+        self.loop = loop or asyncio.get_running_loop()
+        self.keyring = config.keyring()
+        self.metrics = Metrics()
+        self.log = structlog.get_logger("imgw").bind(node=node_id)
+        self.wheel = TimingWheel(self.loop, on_tick=self._on_tick)
+        self.limiter = SendRateLimiter(
+            burst=config.rate_burst, rate=config.rate_per_s, clock=self.loop.time
+        )
+        self.batcher = SendBatcher(
+            store,
+            max_batch=config.batch_max,
+            max_delay_s=config.batch_delay_ms / 1000,
+            on_batch=self.metrics.observe_batch,
+        )
+        self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection
+        self.by_device: dict[tuple[int, str], Connection] = {}
+        self.open_count = 0
+        self._per_ip: dict[str, int] = {}
+        self._next_conn_id = 0
+        self._renewals: list[Route] = []
+        self._background: set[asyncio.Task[Any]] = set()
+        self._last_prune = self.loop.time()
+        self.accepting = True
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.bus.start(self.node_id, self._on_bus)
+        self.wheel.start()
+
+    def protocol_factory(self) -> Connection:
+        return Connection(self)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run `coro` in the background, keeping a reference until it is done."""
+        task = self.loop.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def settle(self) -> None:
+        """Wait for background work (route writes, fan-out) started so far."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # -- admission and bookkeeping -------------------------------------------------------
+
+    def admit(self, conn: Connection) -> bool:
+        cfg = self.config
+        if not self.accepting or self.open_count >= cfg.max_connections:
+            return False
+        if cfg.max_connections_per_ip:
+            n = self._per_ip.get(conn.peer_ip, 0)
+            if n >= cfg.max_connections_per_ip:
+                return False
+            self._per_ip[conn.peer_ip] = n + 1
+        self.open_count += 1
+        self._next_conn_id += 1
+        conn.conn_id = self._next_conn_id
+        self.metrics.connections.inc()
+        return True
+
+    def closing(self, conn: Connection, *, was_active: bool) -> None:
+        """`conn` started closing: stop routing to it now."""
+        if was_active:
+            self._end_local(conn)
+            if conn.route is not None:
+                self.spawn(self._remove_route(conn.route))
+
+    def forget(self, conn: Connection, *, was_active: bool) -> None:
+        """`conn`'s socket is gone."""
+        if not conn.conn_id:
+            return  # never admitted
+        self.open_count -= 1
+        self.metrics.connections.dec()
+        if self.config.max_connections_per_ip:
+            n = self._per_ip.get(conn.peer_ip, 1) - 1
+            if n:
+                self._per_ip[conn.peer_ip] = n
+            else:
+                self._per_ip.pop(conn.peer_ip, None)
+        if was_active and self.sessions.get(conn.conn_id) is conn:
+            self.closing(conn, was_active=True)
+
+    def _end_local(self, conn: Connection) -> None:
+        if self.sessions.pop(conn.conn_id, None) is not None:
+            self.metrics.sessions.dec()
+        route = conn.route
+        if route is not None and self.by_device.get((route.uid, route.device)) is conn:
+            del self.by_device[(route.uid, route.device)]
+
+    async def _remove_route(self, route: Route) -> None:
+        try:
+            await self.routes.remove(route)
+        except Exception as e:
+            self.log.warning("route remove failed", uid=route.uid, error=repr(e))
+
+    # -- sessions ------------------------------------------------------------------------
+
+    async def open_session(self, conn: Connection, uid: int, device: str, exp: int) -> bool:
+        """Install the route of a verified login and make `conn` active; the previous
+        connection of the same device, here or on another node, is kicked."""
+        route = Route(uid, device, self.node_id, conn.conn_id, time.time_ns())
+        prev = await self.routes.register(route)
+        if conn.state != State.LOGGING_IN:
+            await self.routes.remove(route)
+            return False
+        old = self.by_device.get((uid, device))
+        if old is not None and old is not conn:
+            old.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
+        if prev is not None and prev.node != self.node_id:
+            await self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [prev.conn_id], b""]))
+        conn.route = route
+        conn.state = State.ACTIVE
+        self.sessions[conn.conn_id] = conn
+        self.by_device[(uid, device)] = conn
+        self.metrics.sessions.inc()
+        now = self.loop.time()
+        conn.last_renew = now
+        cfg = self.config
+        conn.token_deadline = now + (exp + cfg.token_leeway - time.time())
+        self.wheel.schedule(conn, min(now + cfg.route_renew_s, conn.token_deadline))
+        return True
+
+    async def end_session(self, conn: Connection) -> None:
+        """LOGOUT: the route goes at once."""
+        route = conn.route
+        if route is not None and conn.active:
+            self._end_local(conn)
+            await self._remove_route(route)
+            conn.route = None
+
+    def renew_route(self, conn: Connection) -> None:
+        if conn.route is not None:
+            self._renewals.append(conn.route)
+
+    def _on_tick(self) -> None:
+        if self._renewals:
+            batch, self._renewals = self._renewals, []
+            self.metrics.route_renewals.inc(len(batch))
+            self.spawn(self._renew(batch))
+        now = self.loop.time()
+        if now - self._last_prune >= RATE_PRUNE_EVERY_S:
+            self._last_prune = now
+            self.limiter.prune()
+
+    async def _renew(self, batch: Sequence[Route]) -> None:
+        try:
+            await self.routes.renew(batch)
+        except Exception as e:
+            self.log.warning("route renewal failed", routes=len(batch), error=repr(e))
+
+    # -- delivery ------------------------------------------------------------------------
+
+    def fanout(
+        self,
+        msg: StoredMessage,
+        *,
+        exclude: Connection | None = None,
+        uids: Iterable[int] | None = None,
+    ) -> None:
+        """PUSH a committed message to every online device of every member (or of `uids`)
+        except the connection `exclude` that sent it. Best effort, in the background."""
+        self.spawn(self._fanout(msg, exclude, None if uids is None else list(uids)))
+
+    async def _fanout(
+        self, msg: StoredMessage, exclude: Connection | None, uids: list[int] | None
+    ) -> None:
+        try:
+            if uids is None:
+                uids = await self.store.member_uids(msg.conv_id)
+            payload = encode(
+                Push(
+                    msg.conv_id,
+                    msg.seq,
+                    msg.msg_id,
+                    msg.sender_uid,
+                    msg.msg_type,
+                    msg.content,
+                    msg.server_ms,
+                    msg.client_msg_id,
+                )
+            )
+            await self.deliver(uids, payload, skip_conn=exclude)
+        except Exception as e:
+            self.log.warning("fan-out failed", conv_id=msg.conv_id, seq=msg.seq, error=repr(e))
+
+    async def deliver(
+        self, uids: Sequence[int], payload: bytes, *, skip_conn: Connection | None = None
+    ) -> None:
+        """Write `payload` to every online device of `uids` except `skip_conn`: local
+        connections directly, remote ones in one bus publish per node."""
+        if not uids:
+            return
+        online = await self.routes.online(uids)
+        remote: dict[str, list[int]] = {}
+        for routes in online.values():
+            for r in routes:
+                if r.node == self.node_id:
+                    conn = self.sessions.get(r.conn_id)
+                    if conn is not None and conn is not skip_conn:
+                        conn.write(payload)
+                        self.metrics.pushes.inc()
+                else:
+                    remote.setdefault(r.node, []).append(r.conn_id)
+        for node, conn_ids in remote.items():
+            await self.bus.publish(node, msgpack.packb([BUS_FRAMES, conn_ids, payload]))
+
+    def _on_bus(self, envelope: bytes) -> None:
+        try:
+            kind, conn_ids, payload = msgpack.unpackb(envelope)
+        except Exception as e:
+            self.log.warning("bad bus envelope", error=repr(e))
+            return
+        for conn_id in conn_ids:
+            conn = self.sessions.get(conn_id)
+            if conn is None:
+                continue
+            if kind == BUS_FRAMES:
+                conn.write(payload)
+            elif kind == BUS_KICK:
+                conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    def live_connections(self) -> list[Connection]:
+        return list(self.sessions.values())

@@ -1,0 +1,142 @@
+"""Op codes, error codes, KICK reasons and message types of wire protocol v1."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Final
+
+PROTOCOL_VERSION: Final = 1
+
+MAX_FRAME_DEFAULT: Final = 65_536
+MAX_CONTENT_DEFAULT: Final = 2_048
+HEADER_SIZE: Final = 4
+MAX_U64: Final = (1 << 64) - 1
+CLIENT_MSG_ID_MAX_BYTES: Final = 64
+
+
+class Op(IntEnum):
+    LOGIN = 1
+    LOGIN_OK = 2
+    PING = 3
+    PONG = 4
+    SEND = 10
+    SEND_ACK = 11
+    PUSH = 20
+    DELIVERED = 21
+    READ = 22
+    READ_NOTIFY = 23
+    TYPING = 24
+    TYPING_NOTIFY = 25
+    PRESENCE = 26
+    PRESENCE_RESULT = 27
+    SYNC = 30
+    SYNC_RESULT = 31
+    PULL = 32
+    PULL_RESULT = 33
+    HISTORY = 34
+    HISTORY_RESULT = 35
+    SYNC_HINT = 36
+    RECALL = 40
+    RECALL_OK = 41
+    OPEN_P2P = 50
+    CONV_OK = 51
+    GROUP_CREATE = 52
+    GROUP_MEMBERS = 54
+    OK = 55
+    GROUP_INFO = 56
+    GROUP_INFO_RESULT = 57
+    KICK = 60
+    LOGOUT = 62
+    ERROR = 127
+
+
+CLIENT_OPS: Final = frozenset(
+    {
+        Op.LOGIN,
+        Op.PING,
+        Op.SEND,
+        Op.DELIVERED,
+        Op.READ,
+        Op.TYPING,
+        Op.PRESENCE,
+        Op.SYNC,
+        Op.PULL,
+        Op.HISTORY,
+        Op.RECALL,
+        Op.OPEN_P2P,
+        Op.GROUP_CREATE,
+        Op.GROUP_MEMBERS,
+        Op.GROUP_INFO,
+        Op.LOGOUT,
+    }
+)
+SERVER_OPS: Final = frozenset(set(Op) - CLIENT_OPS)
+
+
+class ErrorCode(IntEnum):
+    BAD_FRAME = 1
+    FRAME_TOO_LARGE = 2
+    UNKNOWN_OP = 3
+    BAD_REQUEST = 4
+    NOT_LOGGED_IN = 10
+    AUTH_FAILED = 11
+    VERSION_UNSUPPORTED = 12
+    NOT_MEMBER = 20
+    NO_SUCH_CONVERSATION = 21
+    CONTENT_TOO_LARGE = 22
+    BAD_MSG_TYPE = 23
+    RATE_LIMITED = 24
+    RECALL_DENIED = 25
+    IDEMPOTENCY_CONFLICT = 26
+    FORBIDDEN = 27
+    NO_SUCH_MESSAGE = 28
+    UNAVAILABLE = 30
+    INTERNAL = 31
+
+    @property
+    def closes_connection(self) -> bool:
+        """Whether the server closes a logged-in connection after this error."""
+        return self in _CLOSING_ERRORS
+
+
+_CLOSING_ERRORS: Final = frozenset(
+    {
+        ErrorCode.BAD_FRAME,
+        ErrorCode.FRAME_TOO_LARGE,
+        ErrorCode.NOT_LOGGED_IN,
+        ErrorCode.AUTH_FAILED,
+        ErrorCode.VERSION_UNSUPPORTED,
+    }
+)
+
+
+class KickReason(IntEnum):
+    DUPLICATE_LOGIN = 1
+    DRAINING = 2
+    AUTH_REVOKED = 3
+    SLOW_CONSUMER = 4
+    SHUTDOWN = 5
+
+
+class MsgType(IntEnum):
+    TEXT = 1
+    IMAGE = 2
+    VOICE = 3
+    FILE = 4
+    RECALL = 5
+    SYSTEM = 6
+
+
+class ConvKind(IntEnum):
+    P2P = 1
+    GROUP = 2
+
+
+APP_MSG_TYPE_MIN: Final = 100
+APP_MSG_TYPE_MAX: Final = 127
+
+
+def is_client_msg_type(msg_type: int) -> bool:
+    """msg_types a client may send: 1-4 and 100-127. They also count as unread and can be
+    recalled."""
+    return 1 <= msg_type <= 4 or APP_MSG_TYPE_MIN <= msg_type <= APP_MSG_TYPE_MAX

@@ -1,0 +1,28 @@
+"""In-process Bus: one node, so every publish is to ourselves."""
+
+from __future__ import annotations
+
+import inspect
+
+from storage.ports import BusHandler
+
+
+class LocalBus:
+    def __init__(self) -> None:
+        self._node: str | None = None
+        self._handler: BusHandler | None = None
+        self.unroutable = 0
+
+    async def start(self, node: str, handler: BusHandler) -> None:
+        self._node, self._handler = node, handler
+
+    async def publish(self, node: str, payload: bytes) -> None:
+        if node != self._node or self._handler is None:
+            self.unroutable += 1
+            return
+        result = self._handler(payload)
+        if inspect.isawaitable(result):
+            await result
+
+    async def close(self) -> None:
+        self._handler = None

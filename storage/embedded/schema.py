@@ -1,0 +1,81 @@
+"""SQLite schema of the embedded store. `migrate` is idempotent."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+SCHEMA_VERSION: Final = 1
+
+_DDL: Final = """
+CREATE TABLE IF NOT EXISTS im_conversation (
+    conv_id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind       INTEGER NOT NULL,
+    p2p_lo     INTEGER,
+    p2p_hi     INTEGER,
+    title      TEXT NOT NULL DEFAULT '',
+    owner_uid  INTEGER NOT NULL DEFAULT 0,
+    created_ms INTEGER NOT NULL,
+    UNIQUE (kind, p2p_lo, p2p_hi)
+);
+CREATE TABLE IF NOT EXISTS im_conv_member (
+    conv_id    INTEGER NOT NULL,
+    uid        INTEGER NOT NULL,
+    pos        INTEGER NOT NULL,
+    joined_seq INTEGER NOT NULL,
+    left_seq   INTEGER,
+    left_ms    INTEGER,
+    read_seq   INTEGER NOT NULL DEFAULT 0,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (conv_id, uid)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS im_conv_member_uid ON im_conv_member (uid, conv_id);
+CREATE TABLE IF NOT EXISTS im_conv_seq (
+    conv_id        INTEGER PRIMARY KEY,
+    max_seq        INTEGER NOT NULL DEFAULT 0,
+    last_active_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS im_message (
+    id            INTEGER PRIMARY KEY,
+    conv_id       INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,
+    sender_uid    INTEGER NOT NULL,
+    msg_type      INTEGER NOT NULL,
+    content       BLOB NOT NULL,
+    client_msg_id TEXT NOT NULL,
+    send_ms       INTEGER NOT NULL,
+    recall_seq    INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (conv_id, seq)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS im_message_dedup
+    ON im_message (sender_uid, client_msg_id) WHERE client_msg_id <> '';
+CREATE TABLE IF NOT EXISTS im_delivered (
+    uid        INTEGER NOT NULL,
+    device     TEXT NOT NULL,
+    conv_id    INTEGER NOT NULL,
+    seq        INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (uid, device, conv_id)
+) WITHOUT ROWID;
+"""
+
+
+def connect(path: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, synchronous=FULL."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=OFF")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema version {version} is newer than this imgw ({SCHEMA_VERSION}); "
+            "upgrade imgw"
+        )
+    conn.executescript(_DDL)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

@@ -1,0 +1,548 @@
+"""The embedded ChatStore: SQLite in WAL mode with synchronous=FULL.
+
+All writes run on one writer thread (one connection, explicit transactions), reads on one
+reader thread with its own connection, so the event loop never blocks on SQLite and a
+commit never waits behind a slow read. Being the only writer, the store keeps the seq
+counters and the member lists in memory and updates them after each commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import msgpack
+
+from protocol.ops import ConvKind, MsgType, is_client_msg_type
+from storage.embedded.schema import connect, migrate
+from storage.models import (
+    AppendResult,
+    AppendStatus,
+    Conversation,
+    Membership,
+    MembershipChange,
+    NewMessage,
+    RecallResult,
+    RecallStatus,
+    StoredMessage,
+    StoreUnavailable,
+    SyncPage,
+    SyncRow,
+)
+from storage.snowflake import Snowflake
+
+T = TypeVar("T")
+
+_MSG_COLS = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
+_UNREAD_TYPES = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
+
+
+def _msg(row: Sequence[Any]) -> StoredMessage:
+    return StoredMessage(row[0], row[1], row[2], row[3], row[4], bytes(row[5]), row[6], row[7])
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Members:
+    """A conversation's member rows, current and former, in join order."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: dict[int, Membership]) -> None:
+        self.rows = rows
+
+    def active(self) -> list[int]:
+        return [uid for uid, m in self.rows.items() if m.left_seq is None]
+
+
+class EmbeddedStore:
+    def __init__(self, path: str, *, worker_id: int = 0, clock: Callable[[], int] = _now_ms):
+        self._path = path
+        self._clock = clock
+        self._ids = Snowflake(worker_id)
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-w")
+        self._reader = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-r")
+        self._wconn: sqlite3.Connection | None = None
+        self._rconn: sqlite3.Connection | None = None
+        self._seqs: dict[int, int] = {}  # writer thread only
+        self._members: dict[int, _Members] = {}  # event loop only
+        self._member_gen: dict[int, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        def open_writer() -> None:
+            if self._path != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
+            self._wconn = connect(self._path)
+            migrate(self._wconn)
+
+        def open_reader() -> None:
+            self._rconn = connect(self._path)
+            self._rconn.execute("PRAGMA query_only=ON")
+
+        await self._w(open_writer)
+        await self._r(open_reader)
+
+    async def close(self) -> None:
+        def close_w() -> None:
+            if self._wconn is not None:
+                self._wconn.close()
+
+        def close_r() -> None:
+            if self._rconn is not None:
+                self._rconn.close()
+
+        await self._w(close_w)
+        await self._r(close_r)
+        self._writer.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    async def _w(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._run(self._writer, fn, *args)
+
+    async def _r(self, fn: Callable[..., T], *args: Any) -> T:
+        return await self._run(self._reader, fn, *args)
+
+    async def _wtx(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._run(self._writer, self._tx, body)
+
+    @staticmethod
+    async def _run(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(pool, functools.partial(fn, *args))
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"sqlite: {e}") from e
+
+    def _tx(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `body` in one write transaction on the writer thread."""
+        conn = self._wconn
+        assert conn is not None, "store not started"
+        seqs_before = dict(self._seqs)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = body(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            self._seqs = seqs_before  # seqs handed out in a rolled-back tx are not used
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    # -- writer-thread helpers ----------------------------------------------------------
+
+    def _next_seq(self, conn: sqlite3.Connection, conv_id: int) -> int:
+        cur = self._seqs.get(conv_id)
+        if cur is None:
+            row = conn.execute(
+                "SELECT max_seq FROM im_conv_seq WHERE conv_id=?", (conv_id,)
+            ).fetchone()
+            cur = row[0] if row else 0
+        self._seqs[conv_id] = cur + 1
+        return cur + 1
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        conv_id: int,
+        sender: int,
+        msg_type: int,
+        content: bytes,
+        client_msg_id: str,
+        now: int,
+    ) -> StoredMessage:
+        seq = self._next_seq(conn, conv_id)
+        msg = StoredMessage(
+            conv_id, seq, self._ids.next_id(now), sender, msg_type, content, now, client_msg_id
+        )
+        conn.execute(
+            f"INSERT INTO im_message ({_MSG_COLS}) VALUES (?,?,?,?,?,?,?,?)",
+            (conv_id, seq, msg.msg_id, sender, msg_type, content, now, client_msg_id),
+        )
+        conn.execute(
+            "INSERT INTO im_conv_seq (conv_id, max_seq, last_active_ms) VALUES (?,?,?) "
+            "ON CONFLICT(conv_id) DO UPDATE SET max_seq=excluded.max_seq, "
+            "last_active_ms=MAX(last_active_ms, excluded.last_active_ms)",
+            (conv_id, seq, now),
+        )
+        return msg
+
+    def _system(
+        self, conn: sqlite3.Connection, conv_id: int, event: dict[str, Any], now: int
+    ) -> StoredMessage:
+        content = msgpack.packb(event, use_bin_type=True)
+        return self._insert(conn, conv_id, 0, MsgType.SYSTEM, content, "", now)
+
+    # -- conversations and members --------------------------------------------------------
+
+    async def get_conversation(self, conv_id: int) -> Conversation | None:
+        def q() -> Conversation | None:
+            assert self._rconn is not None
+            row = self._rconn.execute(
+                "SELECT conv_id, kind, title, owner_uid, created_ms FROM im_conversation "
+                "WHERE conv_id=?",
+                (conv_id,),
+            ).fetchone()
+            return Conversation(*row) if row else None
+
+        return await self._r(q)
+
+    async def _load_members(self, conv_id: int) -> _Members:
+        cached = self._members.get(conv_id)
+        if cached is not None:
+            return cached
+        gen = self._member_gen.get(conv_id, 0)
+
+        def q() -> list[tuple[int, int, int | None]]:
+            assert self._rconn is not None
+            return self._rconn.execute(
+                "SELECT uid, joined_seq, left_seq FROM im_conv_member WHERE conv_id=? "
+                "ORDER BY joined_seq, pos",
+                (conv_id,),
+            ).fetchall()
+
+        rows = await self._r(q)
+        members = _Members({uid: Membership(conv_id, uid, j, left) for uid, j, left in rows})
+        if self._member_gen.get(conv_id, 0) == gen:  # no write raced with this read
+            self._members[conv_id] = members
+        return members
+
+    def _invalidate_members(self, conv_id: int) -> None:
+        self._members.pop(conv_id, None)
+        self._member_gen[conv_id] = self._member_gen.get(conv_id, 0) + 1
+
+    async def get_membership(self, conv_id: int, uid: int) -> Membership | None:
+        return (await self._load_members(conv_id)).rows.get(uid)
+
+    async def member_uids(self, conv_id: int) -> list[int]:
+        return (await self._load_members(conv_id)).active()
+
+    async def open_p2p(self, a: int, b: int) -> int:
+        lo, hi = min(a, b), max(a, b)
+
+        def body(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "SELECT conv_id FROM im_conversation WHERE kind=? AND p2p_lo=? AND p2p_hi=?",
+                (ConvKind.P2P, lo, hi),
+            ).fetchone()
+            if row:
+                return int(row[0])
+            now = self._clock()
+            cur = conn.execute(
+                "INSERT INTO im_conversation (kind, p2p_lo, p2p_hi, created_ms) VALUES (?,?,?,?)",
+                (ConvKind.P2P, lo, hi, now),
+            )
+            conv_id = int(cur.lastrowid or 0)
+            conn.execute(
+                "INSERT INTO im_conv_seq (conv_id, max_seq, last_active_ms) VALUES (?,0,?)",
+                (conv_id, now),
+            )
+            conn.executemany(
+                "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, updated_ms)"
+                " VALUES (?,?,?,1,0,?)",
+                [(conv_id, lo, 0, now), (conv_id, hi, 1, now)],
+            )
+            return conv_id
+
+        conv_id = await self._wtx(body)
+        self._invalidate_members(conv_id)
+        return conv_id
+
+    async def create_group(
+        self, owner: int, title: str, uids: Sequence[int]
+    ) -> tuple[int, StoredMessage]:
+        members = list(dict.fromkeys([owner, *uids]))
+
+        def body(conn: sqlite3.Connection) -> tuple[int, StoredMessage]:
+            now = self._clock()
+            cur = conn.execute(
+                "INSERT INTO im_conversation (kind, title, owner_uid, created_ms) VALUES (?,?,?,?)",
+                (ConvKind.GROUP, title, owner, now),
+            )
+            conv_id = int(cur.lastrowid or 0)
+            event = {"event": "created", "by": owner, "uids": members, "title": title}
+            msg = self._system(conn, conv_id, event, now)
+            conn.executemany(
+                "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, updated_ms)"
+                " VALUES (?,?,?,?,?,?)",
+                [(conv_id, u, i, msg.seq, msg.seq - 1, now) for i, u in enumerate(members)],
+            )
+            return conv_id, msg
+
+        conv_id, msg = await self._wtx(body)
+        self._invalidate_members(conv_id)
+        return conv_id, msg
+
+    async def change_members(
+        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+    ) -> MembershipChange:
+        def body(conn: sqlite3.Connection) -> MembershipChange:
+            now = self._clock()
+            rows = conn.execute(
+                "SELECT uid FROM im_conv_member WHERE conv_id=? AND left_seq IS NULL "
+                "ORDER BY joined_seq, pos",
+                (conv_id,),
+            ).fetchall()
+            active = [r[0] for r in rows]
+            present = set(active)
+            adds = [u for u in dict.fromkeys(add) if u not in present]
+            removes = [u for u in dict.fromkeys(remove) if u in present and u != by]
+            leaves = [by] if by in remove and by in present else []
+            out: list[StoredMessage] = []
+            if adds:
+                msg = self._system(conn, conv_id, {"event": "added", "by": by, "uids": adds}, now)
+                out.append(msg)
+                conn.executemany(
+                    "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, left_seq, "
+                    "left_ms, read_seq, updated_ms) VALUES (?,?,?,?,NULL,NULL,?,?) "
+                    "ON CONFLICT(conv_id, uid) DO UPDATE SET pos=excluded.pos, "
+                    "joined_seq=excluded.joined_seq, left_seq=NULL, left_ms=NULL, "
+                    "read_seq=excluded.read_seq, updated_ms=excluded.updated_ms",
+                    [(conv_id, u, i, msg.seq, msg.seq - 1, now) for i, u in enumerate(adds)],
+                )
+            for event, uids in (("removed", removes), ("left", leaves)):
+                if not uids:
+                    continue
+                msg = self._system(conn, conv_id, {"event": event, "by": by, "uids": uids}, now)
+                out.append(msg)
+                conn.executemany(
+                    "UPDATE im_conv_member SET left_seq=?, left_ms=?, updated_ms=? "
+                    "WHERE conv_id=? AND uid=?",
+                    [(msg.seq, now, now, conv_id, u) for u in uids],
+                )
+            owner = conn.execute(
+                "SELECT owner_uid FROM im_conversation WHERE conv_id=?", (conv_id,)
+            ).fetchone()[0]
+            if owner in removes or owner in leaves:
+                gone = set(removes) | set(leaves)
+                remaining = [u for u in active if u not in gone] + adds
+                owner = remaining[0] if remaining else 0
+                conn.execute(
+                    "UPDATE im_conversation SET owner_uid=? WHERE conv_id=?", (owner, conv_id)
+                )
+            return MembershipChange(out, owner)
+
+        change = await self._wtx(body)
+        self._invalidate_members(conv_id)
+        return change
+
+    # -- messages ------------------------------------------------------------------------
+
+    async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        def body(conn: sqlite3.Connection) -> list[AppendResult]:
+            now = self._clock()
+            results: list[AppendResult] = []
+            in_batch: dict[tuple[int, str], StoredMessage] = {}
+            for m in batch:
+                key = (m.sender_uid, m.client_msg_id)
+                prior = in_batch.get(key) or self._find_sent(conn, *key)
+                if prior is not None:
+                    same = (prior.conv_id, prior.msg_type, prior.content) == (
+                        m.conv_id,
+                        m.msg_type,
+                        m.content,
+                    )
+                    results.append(
+                        AppendResult(AppendStatus.DUPLICATE, prior)
+                        if same
+                        else AppendResult(AppendStatus.CONFLICT, None)
+                    )
+                    continue
+                msg = self._insert(
+                    conn, m.conv_id, m.sender_uid, m.msg_type, m.content, m.client_msg_id, now
+                )
+                in_batch[key] = msg
+                results.append(AppendResult(AppendStatus.STORED, msg))
+            return results
+
+        return await self._wtx(body)
+
+    @staticmethod
+    def _find_sent(conn: sqlite3.Connection, sender: int, cmid: str) -> StoredMessage | None:
+        row = conn.execute(
+            f"SELECT {_MSG_COLS} FROM im_message WHERE sender_uid=? AND client_msg_id=?",
+            (sender, cmid),
+        ).fetchone()
+        return _msg(row) if row else None
+
+    async def find_sent(self, sender_uid: int, client_msg_id: str) -> StoredMessage | None:
+        def q() -> StoredMessage | None:
+            assert self._rconn is not None
+            return self._find_sent(self._rconn, sender_uid, client_msg_id)
+
+        return await self._r(q)
+
+    async def read_after(
+        self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        lo = max(after_seq + 1, min_seq)
+        hi = max_seq if max_seq is not None else (1 << 63) - 1
+
+        def q() -> list[Any]:
+            assert self._rconn is not None
+            return self._rconn.execute(
+                f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
+                "ORDER BY seq LIMIT ?",
+                (conv_id, lo, hi, limit + 1),
+            ).fetchall()
+
+        rows = await self._r(q)
+        return [_msg(r) for r in rows[:limit]], len(rows) > limit
+
+    async def read_before(
+        self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        hi = (1 << 63) - 1 if before_seq == 0 else before_seq - 1
+        if max_seq is not None:
+            hi = min(hi, max_seq)
+
+        def q() -> list[Any]:
+            assert self._rconn is not None
+            return self._rconn.execute(
+                f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
+                "ORDER BY seq DESC LIMIT ?",
+                (conv_id, min_seq, hi, limit + 1),
+            ).fetchall()
+
+        rows = await self._r(q)
+        return [_msg(r) for r in reversed(rows[:limit])], len(rows) > limit
+
+    async def recall(
+        self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
+    ) -> RecallResult:
+        def body(conn: sqlite3.Connection) -> RecallResult:
+            now = self._clock()
+            row = conn.execute(
+                "SELECT sender_uid, msg_type, send_ms, recall_seq FROM im_message "
+                "WHERE conv_id=? AND seq=?",
+                (conv_id, seq),
+            ).fetchone()
+            if row is None or seq < min_seq:
+                return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
+            sender, msg_type, send_ms, recall_seq = row
+            if sender != by:
+                return RecallResult(RecallStatus.DENIED)
+            if recall_seq:
+                return RecallResult(RecallStatus.ALREADY, recall_seq)
+            if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
+                return RecallResult(RecallStatus.DENIED)
+            content = msgpack.packb([seq])
+            msg = self._insert(conn, conv_id, by, MsgType.RECALL, content, "", now)
+            conn.execute(
+                "UPDATE im_message SET msg_type=?, content=x'', recall_seq=? "
+                "WHERE conv_id=? AND seq=?",
+                (MsgType.RECALL, msg.seq, conv_id, seq),
+            )
+            return RecallResult(RecallStatus.RECALLED, msg.seq, msg)
+
+        return await self._wtx(body)
+
+    # -- positions and sync -----------------------------------------------------------------
+
+    async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
+        def body(conn: sqlite3.Connection) -> int | None:
+            target = min(seq, self._max_seq(conn, conv_id))
+            cur = conn.execute(
+                "UPDATE im_conv_member SET read_seq=?, updated_ms=? "
+                "WHERE conv_id=? AND uid=? AND read_seq<? AND left_seq IS NULL",
+                (target, self._clock(), conv_id, uid, target),
+            )
+            return target if cur.rowcount else None
+
+        return await self._wtx(body)
+
+    async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
+        def body(conn: sqlite3.Connection) -> int | None:
+            target = min(seq, self._max_seq(conn, conv_id))
+            if target <= 0:
+                return None
+            cur = conn.execute(
+                "INSERT INTO im_delivered (uid, device, conv_id, seq, updated_ms) "
+                "VALUES (?,?,?,?,?) ON CONFLICT(uid, device, conv_id) DO UPDATE SET "
+                "seq=excluded.seq, updated_ms=excluded.updated_ms WHERE seq<excluded.seq",
+                (uid, device, conv_id, target, self._clock()),
+            )
+            return target if cur.rowcount else None
+
+        return await self._wtx(body)
+
+    def _max_seq(self, conn: sqlite3.Connection, conv_id: int) -> int:
+        cur = self._seqs.get(conv_id)
+        if cur is not None:
+            return cur
+        row = conn.execute("SELECT max_seq FROM im_conv_seq WHERE conv_id=?", (conv_id,)).fetchone()
+        return int(row[0]) if row else 0
+
+    async def sync(
+        self,
+        uid: int,
+        device: str,
+        *,
+        changed_since_ms: int,
+        after: tuple[int, int] | None,
+        limit: int,
+    ) -> SyncPage:
+        a_active, a_conv = after if after is not None else ((1 << 62), 0)
+        sql = f"""
+        SELECT conv_id, kind, max_seq, read_seq, delivered_seq, last_active, is_member,
+          (SELECT COUNT(*) FROM im_message x WHERE x.conv_id = r.conv_id
+             AND x.seq > r.read_seq AND x.seq <= r.max_seq AND x.sender_uid <> ?
+             AND {_UNREAD_TYPES}) AS unread
+        FROM (
+          SELECT m.conv_id AS conv_id, c.kind AS kind,
+            COALESCE(m.left_seq, s.max_seq) AS max_seq, m.read_seq AS read_seq,
+            COALESCE(d.seq, 0) AS delivered_seq,
+            COALESCE(m.left_ms, s.last_active_ms) AS last_active,
+            (m.left_seq IS NULL) AS is_member,
+            MAX(COALESCE(m.left_ms, s.last_active_ms), m.updated_ms,
+                COALESCE(d.updated_ms, 0)) AS changed
+          FROM im_conv_member m
+          JOIN im_conversation c ON c.conv_id = m.conv_id
+          JOIN im_conv_seq s ON s.conv_id = m.conv_id
+          LEFT JOIN im_delivered d
+            ON d.uid = m.uid AND d.device = ? AND d.conv_id = m.conv_id
+          WHERE m.uid = ?
+        ) r
+        WHERE changed >= ? AND (last_active < ? OR (last_active = ? AND conv_id < ?))
+        ORDER BY last_active DESC, conv_id DESC
+        LIMIT ?
+        """
+        params = (uid, device, uid, changed_since_ms, a_active, a_active, a_conv, limit + 1)
+
+        def q() -> list[Any]:
+            assert self._rconn is not None
+            return self._rconn.execute(sql, params).fetchall()
+
+        rows = await self._r(q)
+        out = [SyncRow(r[0], r[1], r[2], r[3], r[4], r[7], r[5], bool(r[6])) for r in rows[:limit]]
+        return SyncPage(out, len(rows) > limit)
+
+    async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
+        if not others:
+            return set()
+        marks = ",".join("?" * len(others))
+
+        def q() -> set[int]:
+            assert self._rconn is not None
+            rows = self._rconn.execute(
+                "SELECT DISTINCT b.uid FROM im_conv_member a JOIN im_conv_member b "
+                "ON a.conv_id = b.conv_id WHERE a.uid=? AND a.left_seq IS NULL "
+                f"AND b.left_seq IS NULL AND b.uid IN ({marks})",
+                (uid, *others),
+            ).fetchall()
+            return {r[0] for r in rows}
+
+        return await self._r(q)

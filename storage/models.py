@@ -1,0 +1,117 @@
+"""Plain records that cross the storage boundary. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    conv_id: int
+    seq: int
+    msg_id: int
+    sender_uid: int
+    msg_type: int
+    content: bytes
+    server_ms: int
+    client_msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A client message waiting to be committed by the send batcher."""
+
+    conv_id: int
+    sender_uid: int
+    client_msg_id: str
+    msg_type: int
+    content: bytes
+
+
+class AppendStatus(Enum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"  # same (sender, client_msg_id) and same payload: original returned
+    CONFLICT = "conflict"  # same (sender, client_msg_id), different conv/type/content
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    status: AppendStatus
+    message: StoredMessage | None  # None only for CONFLICT
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    conv_id: int
+    kind: int  # ConvKind
+    title: str
+    owner_uid: int  # 0 for p2p
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    conv_id: int
+    uid: int
+    joined_seq: int  # first seq this member may read
+    left_seq: int | None  # seq of the message that removed it; None while a member
+
+    @property
+    def active(self) -> bool:
+        return self.left_seq is None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRow:
+    conv_id: int
+    kind: int
+    max_seq: int
+    read_seq: int
+    delivered_seq: int
+    unread: int
+    last_active_ms: int
+    is_member: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPage:
+    rows: list[SyncRow]
+    has_more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MembershipChange:
+    """The outcome of one GROUP_MEMBERS request: the system messages written, in order."""
+
+    messages: list[StoredMessage]
+    owner_uid: int
+
+
+class RecallStatus(Enum):
+    RECALLED = "recalled"
+    ALREADY = "already"  # recalled before: the first recall's seq is returned
+    NO_SUCH_MESSAGE = "no_such_message"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True, slots=True)
+class RecallResult:
+    status: RecallStatus
+    recall_seq: int = 0
+    message: StoredMessage | None = None  # the recall message appended, when RECALLED
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a logged-in device is connected: the node, the connection, the login epoch."""
+
+    uid: int
+    device: str
+    node: str
+    conn_id: int
+    epoch: int
+
+
+class StoreUnavailable(Exception):
+    """The authoritative store could not complete the operation; nothing was committed."""

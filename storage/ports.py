@@ -1,0 +1,161 @@
+"""The storage ports: what the gateway needs from its backends, as typing.Protocol classes.
+
+Adapters: `storage.embedded` (SQLite + in-process routes and bus, the default). The
+MySQL, Redis and RabbitMQ adapters implement the same ports.
+
+Every method that can block is `async`; adapters never block the event loop. A failure of
+the authoritative store raises `StoreUnavailable` and commits nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+from storage.models import (
+    AppendResult,
+    Conversation,
+    Membership,
+    MembershipChange,
+    NewMessage,
+    RecallResult,
+    Route,
+    StoredMessage,
+    SyncPage,
+)
+
+
+class ChatStore(Protocol):
+    """The authority: conversations, members, messages, seqs, read and delivered positions."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def get_conversation(self, conv_id: int) -> Conversation | None: ...
+
+    async def get_membership(self, conv_id: int, uid: int) -> Membership | None:
+        """The member row, current (left_seq None) or former; None if never a member."""
+        ...
+
+    async def member_uids(self, conv_id: int) -> list[int]:
+        """Current members in join order (owner first for groups)."""
+        ...
+
+    async def open_p2p(self, a: int, b: int) -> int:
+        """The p2p conversation of a and b, created on first use. Idempotent."""
+        ...
+
+    async def create_group(
+        self, owner: int, title: str, uids: Sequence[int]
+    ) -> tuple[int, StoredMessage]:
+        """Create a group owned by `owner` with `uids` (owner first, deduplicated) and write
+        its "created" system message. Returns the conv_id and that message."""
+        ...
+
+    async def change_members(
+        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+    ) -> MembershipChange:
+        """Apply adds and removes atomically, one system message per event in the order
+        added, removed, left (`by` removing itself is "left"). Members already present are
+        not re-added; non-members are not removed. When the owner leaves, the earliest
+        remaining member becomes owner."""
+        ...
+
+    async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        """Commit a batch of client messages in one transaction, seqs in batch order per
+        conversation. A (sender, client_msg_id) already stored returns the original
+        (DUPLICATE) or CONFLICT if conv/type/content differ. Raises StoreUnavailable if the
+        commit fails (then nothing in the batch is stored)."""
+        ...
+
+    async def find_sent(self, sender_uid: int, client_msg_id: str) -> StoredMessage | None: ...
+
+    async def read_after(
+        self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        """First `limit` messages with after_seq < seq, min_seq <= seq <= max_seq, ascending;
+        and whether more exist."""
+        ...
+
+    async def read_before(
+        self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        """Last `limit` messages with seq < before_seq (0 = newest), within bounds,
+        ascending; and whether older ones exist."""
+        ...
+
+    async def recall(
+        self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
+    ) -> RecallResult: ...
+
+    async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
+        """Advance the read position (clamped to max_seq); the new position, or None if it
+        did not move."""
+        ...
+
+    async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
+        """Advance this device's delivered position, as set_read."""
+        ...
+
+    async def sync(
+        self,
+        uid: int,
+        device: str,
+        *,
+        changed_since_ms: int,
+        after: tuple[int, int] | None,
+        limit: int,
+    ) -> SyncPage:
+        """The caller's conversation rows changed at or after `changed_since_ms`, ordered
+        by (last_active_ms, conv_id) descending, starting after the `after` key."""
+        ...
+
+    async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
+        """Those of `others` that share a current conversation with `uid`."""
+        ...
+
+    def now_ms(self) -> int:
+        """The store's clock, the one that stamps server_ms and activity times."""
+        ...
+
+
+class RouteStore(Protocol):
+    """Where each online (uid, device) is connected. Routes expire unless renewed; a
+    route is renewed or removed only by the connection that owns it (node, conn_id,
+    epoch), so a stale connection can never touch a newer login's route."""
+
+    async def register(self, route: Route) -> Route | None:
+        """Install `route`, replacing and returning any previous route of the device."""
+        ...
+
+    async def renew(self, routes: Sequence[Route]) -> None:
+        """Extend the TTL of each route still owned by its connection (one round trip)."""
+        ...
+
+    async def remove(self, route: Route) -> bool:
+        """Delete the route if it is still this connection's."""
+        ...
+
+    async def get(self, uid: int, device: str) -> Route | None: ...
+
+    async def online(self, uids: Sequence[int]) -> dict[int, list[Route]]:
+        """Online routes of each uid (uids with none are omitted), in one round trip."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+BusHandler = Callable[[bytes], Awaitable[None] | None]
+
+
+class Bus(Protocol):
+    """Carries encoded frames to other nodes (one queue per node)."""
+
+    async def start(self, node: str, handler: BusHandler) -> None: ...
+
+    async def publish(self, node: str, payload: bytes) -> None:
+        """Best effort: never raises for delivery trouble; losses are counted."""
+        ...
+
+    async def close(self) -> None: ...
