@@ -170,7 +170,8 @@ class Node:
         conn.last_renew = now
         cfg = self.config
         conn.token_deadline = now + (exp + cfg.token_leeway - time.time())
-        self.wheel.schedule(conn, min(now + cfg.route_renew_s, conn.token_deadline))
+        first = min(conn.last_rx + cfg.idle, now + cfg.route_renew_s, conn.token_deadline)
+        self.wheel.schedule(conn, first)
         return True
 
     async def end_session(self, conn: Connection) -> None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from storage.embedded import EmbeddedStore, LocalBus, MemoryRouteStore
 from storage.ports import Bus, ChatStore, RouteStore
@@ -21,18 +21,26 @@ class Backends:
     bus: Bus
 
 
-def sqlite_path(url: str) -> str:
-    """`sqlite:///rel/path` is relative, `sqlite:////abs/path` absolute (as SQLAlchemy)."""
-    rest = url[len("sqlite://") :]
+def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
+    """`sqlite:///rel/path` is relative, `sqlite:////abs/path` absolute (as SQLAlchemy);
+    options follow as a query (`?busy_timeout_ms=200`)."""
+    rest, _, query = url[len("sqlite://") :].partition("?")
     if not rest.startswith("/") or len(rest) < 2:
         raise BackendError(f"bad store URL {url!r}: use sqlite:///relative.db or sqlite:////abs.db")
-    return rest[1:]
+    return rest[1:], dict(parse_qsl(query))
 
 
 def open_backends(store_url: str, cache_url: str, bus_url: str, *, worker_id: int = 0) -> Backends:
     scheme = urlsplit(store_url).scheme
     if scheme == "sqlite":
-        store: ChatStore = EmbeddedStore(sqlite_path(store_url), worker_id=worker_id)
+        path, opts = sqlite_path(store_url)
+        try:
+            busy_ms = int(opts.pop("busy_timeout_ms", "5000"))
+        except ValueError as e:
+            raise BackendError(f"bad busy_timeout_ms in {store_url!r}") from e
+        if opts:
+            raise BackendError(f"unknown sqlite options {sorted(opts)} in {store_url!r}")
+        store: ChatStore = EmbeddedStore(path, worker_id=worker_id, busy_timeout_ms=busy_ms)
     else:
         raise BackendError(f"unsupported store {store_url!r}: this build supports sqlite:///")
     scheme = urlsplit(cache_url).scheme

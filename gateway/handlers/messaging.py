@@ -62,9 +62,7 @@ async def _answer_resend(node: Node, conn: Connection, f: Send) -> bool:
         node.metrics.sends.labels(result="duplicate").inc()
         conn.send(_ack(f.rid, prior))
     else:
-        conn.error(
-            f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, "client_msg_id reused for another message"
-        )
+        conn.error(f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, _CONFLICT)
     return True
 
 
@@ -107,9 +105,7 @@ def _committed(
     result = fut.result()
     if result.status is AppendStatus.CONFLICT or result.message is None:
         node.limiter.refund(conn.uid)
-        conn.error(
-            f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, "client_msg_id reused for another message"
-        )
+        conn.error(f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, _CONFLICT)
         return
     conn.send(_ack(f.rid, result.message))
     node.metrics.ack_seconds.observe(node.loop.time() - started)

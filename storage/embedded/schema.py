@@ -60,13 +60,16 @@ CREATE TABLE IF NOT EXISTS im_delivered (
 """
 
 
-def connect(path: str) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), WAL, synchronous=FULL."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+def connect(path: str, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, synchronous=FULL.
+    A lock held by another process longer than `busy_timeout_ms` fails the operation."""
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+    )
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=OFF")
-    conn.execute("PRAGMA busy_timeout=30000")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     return conn
 
 

@@ -64,8 +64,16 @@ class _Members:
 
 
 class EmbeddedStore:
-    def __init__(self, path: str, *, worker_id: int = 0, clock: Callable[[], int] = _now_ms):
+    def __init__(
+        self,
+        path: str,
+        *,
+        worker_id: int = 0,
+        busy_timeout_ms: int = 5000,
+        clock: Callable[[], int] = _now_ms,
+    ):
         self._path = path
+        self._busy_ms = busy_timeout_ms
         self._clock = clock
         self._ids = Snowflake(worker_id)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-w")
@@ -82,11 +90,11 @@ class EmbeddedStore:
         def open_writer() -> None:
             if self._path != ":memory:":
                 os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
-            self._wconn = connect(self._path)
+            self._wconn = connect(self._path, self._busy_ms)
             migrate(self._wconn)
 
         def open_reader() -> None:
-            self._rconn = connect(self._path)
+            self._rconn = connect(self._path, self._busy_ms)
             self._rconn.execute("PRAGMA query_only=ON")
 
         await self._w(open_writer)

@@ -1,0 +1,61 @@
+"""Shared fixtures: gateways in-process (fast, on the test's loop) for the protocol suite."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config import Config
+from gateway.logs import configure
+from gateway.server import Server
+from tests.support.wire import TOKEN_KEY, Wire
+
+configure("console", "warning")
+
+StartGateway = Callable[..., Awaitable[Server]]
+
+
+def test_config(tmp_path: Path, **overrides: Any) -> Config:
+    base = Config(
+        host="127.0.0.1",
+        port=0,
+        token_keys=(TOKEN_KEY,),
+        data_dir=str(tmp_path / "data"),
+        node_id="test-node",
+        shutdown_timeout=5.0,
+        log_level="warning",
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+@pytest.fixture
+async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
+    """Start in-process gateways with config overrides; all are shut down at the end."""
+    servers: list[Server] = []
+
+    async def start(**overrides: Any) -> Server:
+        server = Server(test_config(tmp_path, **overrides))
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        await server.shutdown()
+
+
+@pytest.fixture
+async def gw(start_gateway: StartGateway) -> Server:
+    """A gateway with default settings."""
+    return await start_gateway()
+
+
+@pytest.fixture(autouse=True)
+async def _close_wires() -> AsyncIterator[None]:
+    yield
+    while Wire.opened:
+        await Wire.opened.pop().close()

@@ -1,0 +1,187 @@
+"""LOGIN, liveness, kicks and LOGOUT over real TCP sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import msgpack
+
+from gateway.server import Server
+from protocol.frames import Error, Kick, Login, LoginOk, Logout, Ping, Pong, Pull
+from protocol.ops import ErrorCode, KickReason
+from protocol.token import sign_token
+from tests.conftest import StartGateway
+from tests.support.wire import KID, SECRET, Wire, token
+
+
+async def test_login_ok_announces_limits(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    ok = await w.request(Login(0, 1, 42, "phone", token(42, "phone")))
+    assert isinstance(ok, LoginOk)
+    assert (ok.node, ok.hb, ok.idle, ok.max_frame, ok.max_content) == (
+        "test-node",
+        30,
+        75,
+        65536,
+        2048,
+    )
+    assert abs(ok.ts - time.time() * 1000) < 5000
+    route = await gw.node.routes.get(42, "phone")  # type: ignore[union-attr]
+    assert route is not None and route.node == "test-node"
+    await w.close()
+
+
+async def test_first_frame_not_login_is_not_logged_in_and_closes(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    await w.send(Pull(7, 1, 0, 0))
+    frames = await w.closed()
+    assert frames == [Error(7, ErrorCode.NOT_LOGGED_IN, "LOGIN must come first")]
+
+
+async def test_login_with_bad_fields_is_bad_request_and_closes(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    await w.write(_raw([1, 3, {"v": 1, "uid": "x", "device": "d", "token": "t"}]))
+    frames = await w.closed()
+    assert len(frames) == 1 and isinstance(frames[0], Error)
+    assert (frames[0].rid, frames[0].code) == (3, ErrorCode.BAD_REQUEST)
+
+
+async def test_device_outside_pattern_is_bad_request(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    await w.send(Login(2, 1, 5, "bad device!", token(5, "x")))
+    [err] = await w.closed()
+    assert isinstance(err, Error) and err.code == ErrorCode.BAD_REQUEST
+
+
+async def test_version_unsupported_closes(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    await w.send(Login(2, 2, 5, "d", token(5, "d")))
+    [err] = await w.closed()
+    assert isinstance(err, Error) and err.code == ErrorCode.VERSION_UNSUPPORTED
+
+
+async def test_bad_tokens_fail_auth(gw: Server) -> None:
+    now = int(time.time())
+    bad = {
+        "garbage": "not-a-token",
+        "wrong secret": sign_token(KID, "other", 5, "d", now + 60),
+        "unknown kid": sign_token("nokid", SECRET, 5, "d", now + 60),
+        "expired": sign_token(KID, SECRET, 5, "d", now - 120),
+        "other uid": sign_token(KID, SECRET, 6, "d", now + 60),
+        "other device": sign_token(KID, SECRET, 5, "e", now + 60),
+    }
+    for why, tok in bad.items():
+        w = await Wire.open(gw.port)
+        await w.send(Login(9, 1, 5, "d", tok))
+        frames = await w.closed()
+        assert frames == [Error(9, ErrorCode.AUTH_FAILED, "token refused")], why
+    assert await gw.node.routes.get(5, "d") is None  # type: ignore[union-attr]
+
+
+async def test_token_within_leeway_is_accepted(gw: Server) -> None:
+    tok = sign_token(KID, SECRET, 5, "d", int(time.time()) - 30)
+    w = await Wire.open(gw.port)
+    assert isinstance(await w.request(Login(0, 1, 5, "d", tok)), LoginOk)
+    await w.close()
+
+
+async def test_rotated_keys_both_verify(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(token_keys=("old:s1", "new:s2"))
+    for kid, secret in (("old", "s1"), ("new", "s2")):
+        w = await Wire.open(gw.port)
+        tok = sign_token(kid, secret, 5, kid, int(time.time()) + 60)
+        assert isinstance(await w.request(Login(0, 1, 5, kid, tok)), LoginOk)
+        await w.close()
+
+
+async def test_second_login_on_same_connection_is_bad_request_and_kept(gw: Server) -> None:
+    w = await Wire.login(gw.port, 5)
+    assert await w.error(Login(0, 1, 5, "d1", token(5, "d1"))) == ErrorCode.BAD_REQUEST
+    await w.send(Ping())
+    assert isinstance(await w.wait_for(Pong), Pong)
+    await w.close()
+
+
+async def test_login_deadline(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(login_timeout=0.5)
+    w = await Wire.open(gw.port)
+    started = time.monotonic()
+    frames = await w.closed(timeout=3)
+    assert frames == [Error(0, ErrorCode.NOT_LOGGED_IN, "login timeout")]
+    assert 0.4 < time.monotonic() - started < 2.0
+
+
+async def test_idle_connection_is_closed_without_a_frame(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(hb=1, idle=2)
+    quiet = await Wire.login(gw.port, 5, "quiet")
+    chatty = await Wire.login(gw.port, 6, "chatty")
+    started = time.monotonic()
+    for _ in range(6):  # a PING every 0.5 s keeps the other connection alive
+        await chatty.send(Ping())
+        await chatty.wait_for(Pong)
+        await asyncio.sleep(0.5)
+    assert await quiet.closed(timeout=3) == []
+    assert time.monotonic() - started < 4.0
+    assert await gw.node.routes.get(5, "quiet") is None  # type: ignore[union-attr]
+    assert await gw.node.routes.get(6, "chatty") is not None  # type: ignore[union-attr]
+    await chatty.close()
+
+
+async def test_duplicate_login_kicks_the_older_connection(gw: Server) -> None:
+    old = await Wire.login(gw.port, 5, "phone")
+    new = await Wire.login(gw.port, 5, "phone")
+    frames = await old.closed()
+    assert frames == [Kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere", "")]
+    await asyncio.sleep(0.05)  # let the old connection's cleanup run
+    route = await gw.node.routes.get(5, "phone")  # type: ignore[union-attr]
+    assert route is not None and route.conn_id == gw.node.by_device[(5, "phone")].conn_id  # type: ignore[union-attr]
+    await new.send(Ping())
+    await new.wait_for(Pong)
+    await new.close()
+
+
+async def test_other_device_of_same_user_is_not_kicked(gw: Server) -> None:
+    a = await Wire.login(gw.port, 5, "phone")
+    b = await Wire.login(gw.port, 5, "laptop")
+    assert await a.quiet(0.2) == []
+    await a.close()
+    await b.close()
+
+
+async def test_token_expiry_kicks_auth_revoked(gw: Server) -> None:
+    # Valid for about 1 more second including the 60 s leeway.
+    tok = sign_token(KID, SECRET, 5, "d", int(time.time()) - 59)
+    w = await Wire.open(gw.port)
+    assert isinstance(await w.request(Login(0, 1, 5, "d", tok)), LoginOk)
+    frames = await w.closed(timeout=4)
+    assert frames == [Kick(KickReason.AUTH_REVOKED, "token expired", "")]
+
+
+async def test_logout_removes_route_and_closes(gw: Server) -> None:
+    w = await Wire.login(gw.port, 5, "d")
+    await w.send(Logout())
+    assert await w.closed() == []
+    assert await gw.node.routes.get(5, "d") is None  # type: ignore[union-attr]
+
+
+async def test_ping_pong_and_route_ttl(gw: Server) -> None:
+    w = await Wire.login(gw.port, 5, "d")
+    await w.send(Ping())
+    assert isinstance(await w.recv(), Pong)
+    ttl = gw.node.routes.ttl_left(5, "d")  # type: ignore[union-attr]
+    assert ttl is not None and 0 < ttl <= 90
+    await w.close()
+
+
+async def test_shutdown_kicks_sessions(start_gateway: StartGateway) -> None:
+    gw = await start_gateway()
+    w = await Wire.login(gw.port, 5, "d")
+    await gw.shutdown()
+    assert await w.closed() == [Kick(KickReason.SHUTDOWN, "server shutting down", "")]
+
+
+def _raw(obj: object) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
