@@ -1,0 +1,126 @@
+"""Bad input at the framing level, and flow control: what closes and what is kept."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import msgpack
+
+from gateway.server import Server
+from protocol.frames import ConvOk, Error, Login, LoginOk, OpenP2P, Ping, Pong, Send, SendAck
+from protocol.ops import ErrorCode
+from tests.conftest import StartGateway
+from tests.support.wire import Wire, token
+
+
+def raw(obj: object) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    return struct.pack(">I", len(body)) + body
+
+
+async def test_oversized_len_is_refused_before_the_body(gw: Server) -> None:
+    w = await Wire.login(gw.port, 1)
+    await w.write(struct.pack(">I", 65_537))  # the header only: no body is ever sent
+    [err] = await w.closed()
+    assert isinstance(err, Error) and (err.rid, err.code) == (0, ErrorCode.FRAME_TOO_LARGE)
+
+
+async def test_frame_of_exactly_max_frame_is_accepted(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(max_frame=4096, max_content=2048)
+    w = await Wire.login(gw.port, 1)
+    # a PING padded with an extra element (ignored: forward compatibility)
+    frame = msgpack.packb([3, b"x" * (4096 - 5)], use_bin_type=True)
+    assert len(frame) == 4096, len(frame)
+    await w.write(struct.pack(">I", len(frame)) + frame)
+    assert isinstance(await w.recv(), Pong)
+
+
+async def test_garbage_after_login_is_bad_frame_and_closes(gw: Server) -> None:
+    w = await Wire.login(gw.port, 1)
+    await w.write(struct.pack(">I", 3) + b"\xc1\xc1\xc1")
+    [err] = await w.closed()
+    assert isinstance(err, Error) and (err.rid, err.code) == (0, ErrorCode.BAD_FRAME)
+
+
+async def test_garbage_before_login_is_bad_frame(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    await w.write(struct.pack(">I", 4) + b"\xc1junk"[:4])
+    [err] = await w.closed()
+    assert isinstance(err, Error) and (err.rid, err.code) == (0, ErrorCode.BAD_FRAME)
+
+
+async def test_http_request_is_refused_by_its_length(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    await w.write(b"GET / HTTP/1.1\r\n\r\n")  # "GET " read as LEN is 1.2 GB
+    [err] = await w.closed()
+    assert isinstance(err, Error) and (err.rid, err.code) == (0, ErrorCode.FRAME_TOO_LARGE)
+
+
+async def test_zero_len_and_trailing_bytes_are_bad_frame(gw: Server) -> None:
+    trailing = msgpack.packb([3]) + b"\x00"
+    not_array = msgpack.packb({"op": 3})
+    for data in (
+        struct.pack(">I", 0),
+        struct.pack(">I", len(trailing)) + trailing,
+        struct.pack(">I", len(not_array)) + not_array,
+    ):
+        w = await Wire.login(gw.port, 1)
+        await w.write(data)
+        [err] = await w.closed()
+        assert isinstance(err, Error) and (err.rid, err.code) == (0, ErrorCode.BAD_FRAME)
+
+
+async def test_unknown_op_and_server_op_keep_the_connection(gw: Server) -> None:
+    w = await Wire.login(gw.port, 1)
+    await w.write(raw([99, 7, "future"]))
+    err = await w.recv()
+    assert isinstance(err, Error) and (err.rid, err.code) == (7, ErrorCode.UNKNOWN_OP)
+    await w.write(raw([11, 8, 1, 1, 1, 1]))  # SEND_ACK is a server op
+    err = await w.recv()
+    assert isinstance(err, Error) and (err.rid, err.code) == (8, ErrorCode.UNKNOWN_OP)
+    await w.write(raw([99, "no-rid"]))
+    err = await w.recv()
+    assert isinstance(err, Error) and (err.rid, err.code) == (0, ErrorCode.UNKNOWN_OP)
+    await w.send(Ping())
+    assert isinstance(await w.recv(), Pong)
+
+
+async def test_bad_fields_after_login_are_bad_request_and_kept(gw: Server) -> None:
+    w = await Wire.login(gw.port, 1)
+    await w.write(raw([10, 5, 1, "id", 1, "content must be bin"]))
+    err = await w.recv()
+    assert isinstance(err, Error) and (err.rid, err.code) == (5, ErrorCode.BAD_REQUEST)
+    await w.write(raw([21, "x", 1]))  # DELIVERED has no rid
+    err = await w.recv()
+    assert isinstance(err, Error) and (err.rid, err.code) == (0, ErrorCode.BAD_REQUEST)
+    await w.send(Ping())
+    assert isinstance(await w.recv(), Pong)
+
+
+async def test_slow_consumer_is_kicked(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(max_write_buffer=64 * 1024, rate_burst=100_000, rate_per_s=100_000)
+    sender = await Wire.login(gw.port, 1)
+    # The receiver asks for a tiny receive buffer and never reads.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", gw.port))
+    sock.setblocking(False)
+    reader, writer = await asyncio.open_connection(sock=sock)
+    slow = Wire(reader, writer)
+    Wire.opened.append(slow)
+    assert isinstance(await slow.request(Login(0, 1, 2, "slow", token(2, "slow"))), LoginOk)
+    writer.transport.pause_reading()  # stop reading for real: the kernel buffers fill
+    conv = await sender.request(OpenP2P(0, 2))
+    assert isinstance(conv, ConvOk)
+    for i in range(3000):
+        await sender.send(Send(10_000 + i, conv.conv_id, f"flood-{i}", 1, b"z" * 2000))
+        if i % 100 == 99:
+            await sender.wait_for(SendAck, rid=10_000 + i, timeout=10)
+            if (2, "slow") not in gw.node.by_device:  # type: ignore[union-attr]
+                break
+    assert (2, "slow") not in gw.node.by_device  # type: ignore[union-attr]
+    assert gw.node.metrics.kicks.labels(reason="slow_consumer")._value.get() == 1  # type: ignore[union-attr]
+    await sender.send(Ping())
+    await sender.wait_for(Pong)
