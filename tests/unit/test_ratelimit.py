@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from gateway.ratelimit import SendRateLimiter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_burst_then_sustained_rate() -> None:
+    clock = Clock()
+    rl = SendRateLimiter(burst=5, rate=2.0, clock=clock)
+    assert [rl.take(1) for _ in range(6)] == [True] * 5 + [False]
+    assert rl.take(2)  # other uids have their own bucket
+    clock.t = 0.5  # one token back at 2/s
+    assert rl.take(1) and not rl.take(1)
+
+
+def test_refused_sends_consume_nothing_and_refund_restores() -> None:
+    clock = Clock()
+    rl = SendRateLimiter(burst=1, rate=1.0, clock=clock)
+    assert rl.take(1)
+    for _ in range(10):
+        assert not rl.take(1)
+    clock.t = 1.0
+    assert rl.take(1)
+    rl.refund(1)
+    assert rl.take(1)
+
+
+def test_prune_forgets_full_buckets_only() -> None:
+    clock = Clock()
+    rl = SendRateLimiter(burst=10, rate=10.0, clock=clock)
+    rl.take(1)
+    clock.t = 0.5
+    rl.take(2)
+    clock.t = 1.2
+    rl.prune()
+    assert list(rl._buckets) == [2]
