@@ -1,0 +1,413 @@
+"""Typed frames of wire protocol v1: one frozen dataclass per op, fields in wire order.
+
+The field order of every array frame is its wire order (PROTOCOL.md §3), which lets
+the codec derive the body layout from the class instead of repeating it. LOGIN and
+LOGIN_OK carry maps on the wire; their fields are the map's keys after ``rid``.
+
+Records (`MsgRecord`, `ConvRecord`) are NamedTuples so that msgpack packs them as
+arrays without any conversion. `Invalid` is not a wire op: it is what the decoder
+returns for a well-framed body that must be answered with an ERROR.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple, TypeAlias
+
+from protocol.ops import ErrorCode, Op
+
+Opaque: TypeAlias = int | str | bytes
+"""A SYNC position (`since`, `cursor`): opaque to the client, msgpack int, str or bin."""
+
+
+class MsgRecord(NamedTuple):
+    """One message in PULL_RESULT / HISTORY_RESULT."""
+
+    seq: int
+    msg_id: int
+    sender_uid: int
+    msg_type: int
+    content: bytes
+    server_ms: int
+    client_msg_id: str
+
+
+class ConvRecord(NamedTuple):
+    """One conversation row in SYNC_RESULT."""
+
+    conv_id: int
+    kind: int
+    max_seq: int
+    read_seq: int
+    delivered_seq: int
+    unread: int
+    last_active_ms: int
+    is_member: bool
+
+
+# --- client to server -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Login:
+    OP: ClassVar[Op] = Op.LOGIN
+    rid: int
+    v: int
+    uid: int
+    device: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    OP: ClassVar[Op] = Op.PING
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    OP: ClassVar[Op] = Op.SEND
+    rid: int
+    conv_id: int
+    client_msg_id: str
+    msg_type: int
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    OP: ClassVar[Op] = Op.DELIVERED
+    conv_id: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    OP: ClassVar[Op] = Op.READ
+    conv_id: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Typing:
+    OP: ClassVar[Op] = Op.TYPING
+    conv_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    OP: ClassVar[Op] = Op.PRESENCE
+    rid: int
+    uids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    OP: ClassVar[Op] = Op.SYNC
+    rid: int
+    since: Opaque
+    cursor: Opaque
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pull:
+    OP: ClassVar[Op] = Op.PULL
+    rid: int
+    conv_id: int
+    after_seq: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    OP: ClassVar[Op] = Op.HISTORY
+    rid: int
+    conv_id: int
+    before_seq: int
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recall:
+    OP: ClassVar[Op] = Op.RECALL
+    rid: int
+    conv_id: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenP2P:
+    OP: ClassVar[Op] = Op.OPEN_P2P
+    rid: int
+    peer_uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCreate:
+    OP: ClassVar[Op] = Op.GROUP_CREATE
+    rid: int
+    title: str
+    uids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMembers:
+    OP: ClassVar[Op] = Op.GROUP_MEMBERS
+    rid: int
+    conv_id: int
+    add: tuple[int, ...]
+    remove: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    OP: ClassVar[Op] = Op.GROUP_INFO
+    rid: int
+    conv_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Logout:
+    OP: ClassVar[Op] = Op.LOGOUT
+
+
+# --- server to client -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoginOk:
+    OP: ClassVar[Op] = Op.LOGIN_OK
+    rid: int
+    node: str
+    hb: int
+    idle: int
+    max_frame: int
+    max_content: int
+    ts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    OP: ClassVar[Op] = Op.PONG
+
+
+@dataclass(frozen=True, slots=True)
+class SendAck:
+    OP: ClassVar[Op] = Op.SEND_ACK
+    rid: int
+    conv_id: int
+    seq: int
+    msg_id: int
+    server_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Push:
+    OP: ClassVar[Op] = Op.PUSH
+    conv_id: int
+    seq: int
+    msg_id: int
+    sender_uid: int
+    msg_type: int
+    content: bytes
+    server_ms: int
+    client_msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReadNotify:
+    OP: ClassVar[Op] = Op.READ_NOTIFY
+    conv_id: int
+    reader_uid: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class TypingNotify:
+    OP: ClassVar[Op] = Op.TYPING_NOTIFY
+    conv_id: int
+    uid: int
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceResult:
+    OP: ClassVar[Op] = Op.PRESENCE_RESULT
+    rid: int
+    entries: tuple[tuple[int, tuple[str, ...]], ...]
+    """(uid, devices online) pairs."""
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    OP: ClassVar[Op] = Op.SYNC_RESULT
+    rid: int
+    next_since: Opaque
+    next_cursor: Opaque
+    has_more: bool
+    convs: tuple[ConvRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    OP: ClassVar[Op] = Op.PULL_RESULT
+    rid: int
+    conv_id: int
+    has_more: bool
+    msgs: tuple[MsgRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryResult:
+    OP: ClassVar[Op] = Op.HISTORY_RESULT
+    rid: int
+    conv_id: int
+    has_more: bool
+    msgs: tuple[MsgRecord, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SyncHint:
+    OP: ClassVar[Op] = Op.SYNC_HINT
+
+
+@dataclass(frozen=True, slots=True)
+class RecallOk:
+    OP: ClassVar[Op] = Op.RECALL_OK
+    rid: int
+    conv_id: int
+    recall_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConvOk:
+    OP: ClassVar[Op] = Op.CONV_OK
+    rid: int
+    conv_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ok:
+    OP: ClassVar[Op] = Op.OK
+    rid: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfoResult:
+    OP: ClassVar[Op] = Op.GROUP_INFO_RESULT
+    rid: int
+    conv_id: int
+    title: str
+    owner_uid: int
+    uids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Kick:
+    OP: ClassVar[Op] = Op.KICK
+    reason: int
+    text: str
+    reconnect_hint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Error:
+    OP: ClassVar[Op] = Op.ERROR
+    rid: int
+    code: int
+    text: str
+
+
+# --- decode results that are not wire ops ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A well-framed body the receiver must refuse without closing the connection.
+
+    `code` is UNKNOWN_OP (an op this side does not accept) or BAD_REQUEST (a known op
+    with missing or ill-typed fields). `rid` is the rid to echo in the ERROR, 0 when
+    the frame has none.
+    """
+
+    op: int
+    rid: int
+    code: ErrorCode
+    text: str
+
+
+ClientFrame: TypeAlias = (
+    Login
+    | Ping
+    | Send
+    | Delivered
+    | Read
+    | Typing
+    | Presence
+    | Sync
+    | Pull
+    | History
+    | Recall
+    | OpenP2P
+    | GroupCreate
+    | GroupMembers
+    | GroupInfo
+    | Logout
+)
+ServerFrame: TypeAlias = (
+    LoginOk
+    | Pong
+    | SendAck
+    | Push
+    | ReadNotify
+    | TypingNotify
+    | PresenceResult
+    | SyncResult
+    | PullResult
+    | HistoryResult
+    | SyncHint
+    | RecallOk
+    | ConvOk
+    | Ok
+    | GroupInfoResult
+    | Kick
+    | Error
+)
+Frame: TypeAlias = ClientFrame | ServerFrame
+
+CLIENT_FRAME_TYPES: tuple[type[ClientFrame], ...] = (
+    Login,
+    Ping,
+    Send,
+    Delivered,
+    Read,
+    Typing,
+    Presence,
+    Sync,
+    Pull,
+    History,
+    Recall,
+    OpenP2P,
+    GroupCreate,
+    GroupMembers,
+    GroupInfo,
+    Logout,
+)
+SERVER_FRAME_TYPES: tuple[type[ServerFrame], ...] = (
+    LoginOk,
+    Pong,
+    SendAck,
+    Push,
+    ReadNotify,
+    TypingNotify,
+    PresenceResult,
+    SyncResult,
+    PullResult,
+    HistoryResult,
+    SyncHint,
+    RecallOk,
+    ConvOk,
+    Ok,
+    GroupInfoResult,
+    Kick,
+    Error,
+)
