@@ -43,8 +43,22 @@ _MSG_COLS = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_ms
 _UNREAD_TYPES = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
 
 
+_I64_MAX = (1 << 63) - 1
+
+
+def _s(uid: int) -> int:
+    """A u64 id as the signed 64-bit integer SQLite stores (a bijection; order is not kept,
+    which no query needs for uids)."""
+    return uid - (1 << 64) if uid > _I64_MAX else uid
+
+
+def _u(value: int) -> int:
+    """The u64 id back from its stored form."""
+    return value + (1 << 64) if value < 0 else value
+
+
 def _msg(row: Sequence[Any]) -> StoredMessage:
-    return StoredMessage(row[0], row[1], row[2], row[3], row[4], bytes(row[5]), row[6], row[7])
+    return StoredMessage(row[0], row[1], row[2], _u(row[3]), row[4], bytes(row[5]), row[6], row[7])
 
 
 def _now_ms() -> int:
@@ -178,7 +192,7 @@ class EmbeddedStore:
         )
         conn.execute(
             f"INSERT INTO im_message ({_MSG_COLS}) VALUES (?,?,?,?,?,?,?,?)",
-            (conv_id, seq, msg.msg_id, sender, msg_type, content, now, client_msg_id),
+            (conv_id, seq, msg.msg_id, _s(sender), msg_type, content, now, client_msg_id),
         )
         conn.execute(
             "INSERT INTO im_conv_seq (conv_id, max_seq, last_active_ms) VALUES (?,?,?) "
@@ -197,6 +211,9 @@ class EmbeddedStore:
     # -- conversations and members --------------------------------------------------------
 
     async def get_conversation(self, conv_id: int) -> Conversation | None:
+        if conv_id > _I64_MAX:
+            return None  # conv_ids are allocated by SQLite: never this large
+
         def q() -> Conversation | None:
             assert self._rconn is not None
             row = self._rconn.execute(
@@ -204,7 +221,7 @@ class EmbeddedStore:
                 "WHERE conv_id=?",
                 (conv_id,),
             ).fetchone()
-            return Conversation(*row) if row else None
+            return Conversation(row[0], row[1], row[2], _u(row[3]), row[4]) if row else None
 
         return await self._r(q)
 
@@ -212,6 +229,8 @@ class EmbeddedStore:
         cached = self._members.get(conv_id)
         if cached is not None:
             return cached
+        if conv_id > _I64_MAX:
+            return _Members({})
         gen = self._member_gen.get(conv_id, 0)
 
         def q() -> list[tuple[int, int, int | None]]:
@@ -223,7 +242,9 @@ class EmbeddedStore:
             ).fetchall()
 
         rows = await self._r(q)
-        members = _Members({uid: Membership(conv_id, uid, j, left) for uid, j, left in rows})
+        members = _Members(
+            {_u(uid): Membership(conv_id, _u(uid), j, left) for uid, j, left in rows}
+        )
         if self._member_gen.get(conv_id, 0) == gen:  # no write raced with this read
             self._members[conv_id] = members
         return members
@@ -244,14 +265,14 @@ class EmbeddedStore:
         def body(conn: sqlite3.Connection) -> int:
             row = conn.execute(
                 "SELECT conv_id FROM im_conversation WHERE kind=? AND p2p_lo=? AND p2p_hi=?",
-                (ConvKind.P2P, lo, hi),
+                (ConvKind.P2P, _s(lo), _s(hi)),
             ).fetchone()
             if row:
                 return int(row[0])
             now = self._clock()
             cur = conn.execute(
                 "INSERT INTO im_conversation (kind, p2p_lo, p2p_hi, created_ms) VALUES (?,?,?,?)",
-                (ConvKind.P2P, lo, hi, now),
+                (ConvKind.P2P, _s(lo), _s(hi), now),
             )
             conv_id = int(cur.lastrowid or 0)
             conn.execute(
@@ -261,7 +282,7 @@ class EmbeddedStore:
             conn.executemany(
                 "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, updated_ms)"
                 " VALUES (?,?,?,1,0,?)",
-                [(conv_id, lo, 0, now), (conv_id, hi, 1, now)],
+                [(conv_id, _s(lo), 0, now), (conv_id, _s(hi), 1, now)],
             )
             return conv_id
 
@@ -278,7 +299,7 @@ class EmbeddedStore:
             now = self._clock()
             cur = conn.execute(
                 "INSERT INTO im_conversation (kind, title, owner_uid, created_ms) VALUES (?,?,?,?)",
-                (ConvKind.GROUP, title, owner, now),
+                (ConvKind.GROUP, title, _s(owner), now),
             )
             conv_id = int(cur.lastrowid or 0)
             event = {"event": "created", "by": owner, "uids": members, "title": title}
@@ -286,7 +307,7 @@ class EmbeddedStore:
             conn.executemany(
                 "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, updated_ms)"
                 " VALUES (?,?,?,?,?,?)",
-                [(conv_id, u, i, msg.seq, msg.seq - 1, now) for i, u in enumerate(members)],
+                [(conv_id, _s(u), i, msg.seq, msg.seq - 1, now) for i, u in enumerate(members)],
             )
             return conv_id, msg
 
@@ -304,7 +325,7 @@ class EmbeddedStore:
                 "ORDER BY joined_seq, pos",
                 (conv_id,),
             ).fetchall()
-            active = [r[0] for r in rows]
+            active = [_u(r[0]) for r in rows]
             present = set(active)
             adds = [u for u in dict.fromkeys(add) if u not in present]
             removes = [u for u in dict.fromkeys(remove) if u in present and u != by]
@@ -319,7 +340,7 @@ class EmbeddedStore:
                     "ON CONFLICT(conv_id, uid) DO UPDATE SET pos=excluded.pos, "
                     "joined_seq=excluded.joined_seq, left_seq=NULL, left_ms=NULL, "
                     "read_seq=excluded.read_seq, updated_ms=excluded.updated_ms",
-                    [(conv_id, u, i, msg.seq, msg.seq - 1, now) for i, u in enumerate(adds)],
+                    [(conv_id, _s(u), i, msg.seq, msg.seq - 1, now) for i, u in enumerate(adds)],
                 )
             for event, uids in (("removed", removes), ("left", leaves)):
                 if not uids:
@@ -329,17 +350,19 @@ class EmbeddedStore:
                 conn.executemany(
                     "UPDATE im_conv_member SET left_seq=?, left_ms=?, updated_ms=? "
                     "WHERE conv_id=? AND uid=?",
-                    [(msg.seq, now, now, conv_id, u) for u in uids],
+                    [(msg.seq, now, now, conv_id, _s(u)) for u in uids],
                 )
-            owner = conn.execute(
-                "SELECT owner_uid FROM im_conversation WHERE conv_id=?", (conv_id,)
-            ).fetchone()[0]
+            owner = _u(
+                conn.execute(
+                    "SELECT owner_uid FROM im_conversation WHERE conv_id=?", (conv_id,)
+                ).fetchone()[0]
+            )
             if owner in removes or owner in leaves:
                 gone = set(removes) | set(leaves)
                 remaining = [u for u in active if u not in gone] + adds
                 owner = remaining[0] if remaining else 0
                 conn.execute(
-                    "UPDATE im_conversation SET owner_uid=? WHERE conv_id=?", (owner, conv_id)
+                    "UPDATE im_conversation SET owner_uid=? WHERE conv_id=?", (_s(owner), conv_id)
                 )
             return MembershipChange(out, owner)
 
@@ -382,7 +405,7 @@ class EmbeddedStore:
     def _find_sent(conn: sqlite3.Connection, sender: int, cmid: str) -> StoredMessage | None:
         row = conn.execute(
             f"SELECT {_MSG_COLS} FROM im_message WHERE sender_uid=? AND client_msg_id=?",
-            (sender, cmid),
+            (_s(sender), cmid),
         ).fetchone()
         return _msg(row) if row else None
 
@@ -396,8 +419,8 @@ class EmbeddedStore:
     async def read_after(
         self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
     ) -> tuple[list[StoredMessage], bool]:
-        lo = max(after_seq + 1, min_seq)
-        hi = max_seq if max_seq is not None else (1 << 63) - 1
+        lo = min(max(after_seq + 1, min_seq), _I64_MAX)  # client seqs may be any u64
+        hi = max_seq if max_seq is not None else _I64_MAX
 
         def q() -> list[Any]:
             assert self._rconn is not None
@@ -413,7 +436,7 @@ class EmbeddedStore:
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
     ) -> tuple[list[StoredMessage], bool]:
-        hi = (1 << 63) - 1 if before_seq == 0 else before_seq - 1
+        hi = _I64_MAX if before_seq == 0 else min(before_seq - 1, _I64_MAX)
         if max_seq is not None:
             hi = min(hi, max_seq)
 
@@ -436,12 +459,12 @@ class EmbeddedStore:
             row = conn.execute(
                 "SELECT sender_uid, msg_type, send_ms, recall_seq FROM im_message "
                 "WHERE conv_id=? AND seq=?",
-                (conv_id, seq),
+                (conv_id, min(seq, _I64_MAX)),
             ).fetchone()
             if row is None or seq < min_seq:
                 return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
             sender, msg_type, send_ms, recall_seq = row
-            if sender != by:
+            if _u(sender) != by:
                 return RecallResult(RecallStatus.DENIED)
             if recall_seq:
                 return RecallResult(RecallStatus.ALREADY, recall_seq)
@@ -466,7 +489,7 @@ class EmbeddedStore:
             cur = conn.execute(
                 "UPDATE im_conv_member SET read_seq=?, updated_ms=? "
                 "WHERE conv_id=? AND uid=? AND read_seq<? AND left_seq IS NULL",
-                (target, self._clock(), conv_id, uid, target),
+                (target, self._clock(), conv_id, _s(uid), target),
             )
             return target if cur.rowcount else None
 
@@ -481,7 +504,7 @@ class EmbeddedStore:
                 "INSERT INTO im_delivered (uid, device, conv_id, seq, updated_ms) "
                 "VALUES (?,?,?,?,?) ON CONFLICT(uid, device, conv_id) DO UPDATE SET "
                 "seq=excluded.seq, updated_ms=excluded.updated_ms WHERE seq<excluded.seq",
-                (uid, device, conv_id, target, self._clock()),
+                (_s(uid), device, conv_id, target, self._clock()),
             )
             return target if cur.rowcount else None
 
@@ -528,7 +551,8 @@ class EmbeddedStore:
         ORDER BY last_active DESC, conv_id DESC
         LIMIT ?
         """
-        params = (uid, device, uid, changed_since_ms, a_active, a_active, a_conv, limit + 1)
+        su = _s(uid)
+        params = (su, device, su, changed_since_ms, a_active, a_active, a_conv, limit + 1)
 
         def q() -> list[Any]:
             assert self._rconn is not None
@@ -549,8 +573,8 @@ class EmbeddedStore:
                 "SELECT DISTINCT b.uid FROM im_conv_member a JOIN im_conv_member b "
                 "ON a.conv_id = b.conv_id WHERE a.uid=? AND a.left_seq IS NULL "
                 f"AND b.left_seq IS NULL AND b.uid IN ({marks})",
-                (uid, *others),
+                (_s(uid), *map(_s, others)),
             ).fetchall()
-            return {r[0] for r in rows}
+            return {_u(r[0]) for r in rows}
 
         return await self._r(q)

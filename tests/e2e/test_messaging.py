@@ -227,3 +227,21 @@ async def test_store_unavailable_answers_unavailable_then_recovers(
     pulled = await alice.request(Pull(0, conv, 0, 0))
     assert isinstance(pulled, PullResult)
     assert [(m.seq, m.content) for m in pulled.msgs] == [(1, b"1"), (ack.seq, b"2")]
+
+
+async def test_ids_at_the_top_of_u64(gw: Server) -> None:
+    top = (1 << 64) - 1
+    alice = await Wire.login(gw.port, top, "d")
+    bob = await Wire.login(gw.port, top - 1, "d")
+    conv = await p2p(alice, top - 1)
+    ack = await send(alice, conv, "big-ids", b"x")
+    push = await bob.wait_for(Push)
+    assert push.sender_uid == top and push.seq == ack.seq
+    pulled = await bob.request(Pull(0, conv, 0, 0))
+    assert isinstance(pulled, PullResult) and pulled.msgs[0].sender_uid == top
+    assert await bob.error(Pull(0, top, 0, 0)) == ErrorCode.NO_SUCH_CONVERSATION
+    page = await bob.request(Pull(0, conv, top, 0))
+    assert isinstance(page, PullResult) and page.msgs == ()
+    page2 = await bob.request(History(0, conv, top, 0))
+    assert isinstance(page2, HistoryResult) and len(page2.msgs) == 1
+    assert await alice.error(Recall(0, conv, top)) == ErrorCode.NO_SUCH_MESSAGE
