@@ -4,7 +4,7 @@ Nothing here performs I/O or imports asyncio or socket: the gateway, the bench
 harness and the tests drive it with bytes. PROTOCOL.md is the normative contract.
 
 * `protocol.ops`: op codes, ERROR codes, KICK reasons, msg types, limits.
-* `protocol.frames`: one frozen dataclass per op; `Invalid` for refusable frames.
+* `protocol.frames`: one slotted dataclass per op; `Invalid` for refusable frames.
 * `protocol.codec`: `encode(frame) -> bytes` (LEN + msgpack body).
 * `protocol.decoder`: `FrameDecoder(side=...).feed(data) -> [frame | Invalid]`.
 * `protocol.token`: `KeyRing`, `sign_token`, `verify_token`.

@@ -243,7 +243,7 @@ def _array(cls: Callable[..., _F], *checks: Check) -> Callable[[list[Any]], _F]:
     assert len(names) == n, cls
 
     if n == 0:
-        singleton = cls()  # frozen and field-less: one instance serves every frame
+        singleton = cls()  # field-less: one instance serves every frame
         return lambda body: singleton
 
     def parse(body: list[Any]) -> _F:
