@@ -120,6 +120,33 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from storage.models import StoreUnavailable
+    from storage.mysql import MySQLSettings, migrate
+
+    url = args.store or load(config_file=args.config).store_url()
+    if not url.startswith("mysql://"):
+        print(
+            "imgw db migrate: the embedded store migrates itself at startup; "
+            "pass --store mysql://user:password@host:3306/database",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        settings = MySQLSettings.from_url(url)
+        if args.shards is not None:
+            settings = dataclasses.replace(settings, shards=args.shards)
+        done = asyncio.run(migrate(settings))
+    except (ValueError, StoreUnavailable) as e:
+        print(f"imgw db migrate: {e}", file=sys.stderr)
+        return 1
+    for line in done:
+        print(f"{settings.database}: {line}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="imgw", description=_DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
@@ -138,6 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--secret", default=dev_secret, help="signing secret (default: dev key)")
     token.add_argument("--ttl", type=int, default=86_400, help="seconds of validity (86400)")
     token.set_defaults(func=cmd_token)
+
+    db = sub.add_parser("db", help="manage the MySQL schema")
+    db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
+    mig = db_sub.add_parser(
+        "migrate", help="create or upgrade the schema (idempotent)",
+        description="Create the database and tables if missing. Safe to run again.",
+    )  # fmt: skip
+    mig.add_argument("--store", help="mysql://user:password@host:port/database (or IMGW_STORE)")
+    mig.add_argument("--shards", type=int, help="message table shards, fixed at first migrate (16)")
+    mig.add_argument("--config", help="TOML config file to read the store URL from")
+    mig.set_defaults(func=cmd_db_migrate)
 
     from gateway import chat
 

@@ -41,8 +41,18 @@ def open_backends(store_url: str, cache_url: str, bus_url: str, *, worker_id: in
         if opts:
             raise BackendError(f"unknown sqlite options {sorted(opts)} in {store_url!r}")
         store: ChatStore = EmbeddedStore(path, worker_id=worker_id, busy_timeout_ms=busy_ms)
+    elif scheme == "mysql":
+        from storage.mysql import MySQLSettings, MySQLStore
+
+        try:
+            settings = MySQLSettings.from_url(store_url)
+        except ValueError as e:
+            raise BackendError(str(e)) from e
+        store = MySQLStore(settings, worker_id=worker_id)
     else:
-        raise BackendError(f"unsupported store {store_url!r}: this build supports sqlite:///")
+        raise BackendError(
+            f"unsupported store {store_url!r}: use sqlite:///path or mysql://user:pw@host/db"
+        )
     scheme = urlsplit(cache_url).scheme
     if scheme == "memory":
         routes: RouteStore = MemoryRouteStore()

@@ -12,6 +12,7 @@ import pytest
 from gateway.config import Config
 from gateway.logs import configure
 from gateway.server import Server
+from tests.support.services import drop_mysql, fresh_mysql
 from tests.support.wire import TOKEN_KEY, Wire
 
 configure("console", "warning")
@@ -32,13 +33,40 @@ def test_config(tmp_path: Path, **overrides: Any) -> Config:
     return dataclasses.replace(base, **overrides)
 
 
+BACKENDS = ("embedded", "mysql")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses a gateway runs on each backend, unless it names its own with
+    @pytest.mark.backends(...)."""
+    if "backend" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        chosen = marker.args if marker else BACKENDS
+        metafunc.parametrize("backend", chosen)
+
+
 @pytest.fixture
-async def start_gateway(tmp_path: Path) -> AsyncIterator[StartGateway]:
+async def backend_urls(backend: str) -> AsyncIterator[dict[str, str]]:
+    """Config overrides that put a gateway on `backend`, with private, fresh data."""
+    if backend == "embedded":
+        yield {}
+        return
+    url = await fresh_mysql()
+    try:
+        yield {"store": url}
+    finally:
+        await drop_mysql(url)
+
+
+@pytest.fixture
+async def start_gateway(
+    tmp_path: Path, backend_urls: dict[str, str]
+) -> AsyncIterator[StartGateway]:
     """Start in-process gateways with config overrides; all are shut down at the end."""
     servers: list[Server] = []
 
     async def start(**overrides: Any) -> Server:
-        server = Server(test_config(tmp_path, **overrides))
+        server = Server(test_config(tmp_path, **{**backend_urls, **overrides}))
         await server.start()
         servers.append(server)
         return server

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import msgpack
+import pytest
 
 from gateway.server import Server
 from protocol.frames import (
@@ -206,6 +207,7 @@ async def test_recall(start_gateway: StartGateway) -> None:
     assert isinstance(again, RecallOk) and again.recall_seq == ok.recall_seq
 
 
+@pytest.mark.backends("embedded")
 async def test_store_unavailable_answers_unavailable_then_recovers(
     start_gateway: StartGateway, tmp_path: Path
 ) -> None:

@@ -1,0 +1,94 @@
+"""MySQL/MariaDB schema: created and upgraded by `imgw db migrate`, idempotently.
+
+Message tables are sharded by conv_id (`im_message_0000` … `im_message_{N-1}`, shard =
+conv_id % N). The shard count is recorded in `im_meta` at the first migration and cannot
+change afterwards without moving data: a later migrate with another `--shards` refuses.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION: Final = 1
+DEFAULT_SHARDS: Final = 16
+
+# Content: clients send at most max_content (2,048 by default) bytes; server-written
+# system messages list up to 1,000 uids, hence the larger column.
+_TABLES: Final = [
+    """CREATE TABLE IF NOT EXISTS im_meta (
+        name  VARCHAR(64) NOT NULL PRIMARY KEY,
+        value VARCHAR(255) NOT NULL
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    """CREATE TABLE IF NOT EXISTS im_conversation (
+        conv_id    BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        kind       TINYINT UNSIGNED NOT NULL,
+        p2p_lo     BIGINT UNSIGNED NULL,
+        p2p_hi     BIGINT UNSIGNED NULL,
+        title      VARCHAR(256) NOT NULL DEFAULT '',
+        owner_uid  BIGINT UNSIGNED NOT NULL DEFAULT 0,
+        created_ms BIGINT NOT NULL,
+        UNIQUE KEY uq_p2p (kind, p2p_lo, p2p_hi)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    """CREATE TABLE IF NOT EXISTS im_conv_member (
+        conv_id    BIGINT UNSIGNED NOT NULL,
+        uid        BIGINT UNSIGNED NOT NULL,
+        pos        INT NOT NULL,
+        joined_seq BIGINT UNSIGNED NOT NULL,
+        left_seq   BIGINT UNSIGNED NULL,
+        left_ms    BIGINT NULL,
+        read_seq   BIGINT UNSIGNED NOT NULL DEFAULT 0,
+        updated_ms BIGINT NOT NULL,
+        PRIMARY KEY (conv_id, uid),
+        KEY k_uid (uid, conv_id)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    """CREATE TABLE IF NOT EXISTS im_conv_seq (
+        conv_id        BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+        reserved_seq   BIGINT UNSIGNED NOT NULL DEFAULT 0,
+        max_seq        BIGINT UNSIGNED NOT NULL DEFAULT 0,
+        last_active_ms BIGINT NOT NULL
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    """CREATE TABLE IF NOT EXISTS im_delivered (
+        uid        BIGINT UNSIGNED NOT NULL,
+        device     VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        conv_id    BIGINT UNSIGNED NOT NULL,
+        seq        BIGINT UNSIGNED NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        PRIMARY KEY (uid, device, conv_id)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # (sender, client_msg_id) across conversations: the durable idempotency record, so
+    # a retry is recognised (or refused as a conflict) even when Redis has lost it.
+    """CREATE TABLE IF NOT EXISTS im_send_dedup (
+        sender_uid    BIGINT UNSIGNED NOT NULL,
+        client_msg_id VARBINARY(64) NOT NULL,
+        conv_id       BIGINT UNSIGNED NOT NULL,
+        seq           BIGINT UNSIGNED NOT NULL,
+        created_ms    BIGINT NOT NULL,
+        PRIMARY KEY (sender_uid, client_msg_id),
+        KEY k_created (created_ms)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+]
+
+_MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
+    id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+    conv_id       BIGINT UNSIGNED NOT NULL,
+    seq           BIGINT UNSIGNED NOT NULL,
+    sender_uid    BIGINT UNSIGNED NOT NULL,
+    msg_type      TINYINT UNSIGNED NOT NULL,
+    content       VARBINARY(16384) NOT NULL,
+    client_msg_id VARBINARY(64) NULL,
+    send_ms       BIGINT NOT NULL,
+    status        BIGINT UNSIGNED NOT NULL DEFAULT 0,
+    UNIQUE KEY uq_seq (conv_id, seq),
+    UNIQUE KEY uq_dedup (conv_id, sender_uid, client_msg_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"""
+# status: 0, or the seq of the recall message that recalled this one.
+# client_msg_id is NULL for server-written messages (system, recall), so they never
+# collide in uq_dedup.
+
+
+def message_table(shard: int) -> str:
+    return f"im_message_{shard:04d}"
+
+
+def ddl(shards: int) -> list[str]:
+    return [*_TABLES, *(_MESSAGE_TABLE.format(name=message_table(i)) for i in range(shards))]

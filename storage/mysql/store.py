@@ -1,0 +1,805 @@
+"""The MySQL/MariaDB ChatStore: the authority.
+
+On its own it is a complete store (what runs when Redis is down); the production store
+puts the Redis accelerator in front of it.
+
+Seqs are allocated inside the committing transaction, under the row lock of the
+conversation's `im_conv_seq` row (`max_seq = max_seq + n`). The lock is held until
+commit, so within a conversation seqs follow commit order exactly, and a rolled-back
+transaction gives its seqs back: no seq is issued twice and a reader that has seen seq
+n never later finds a committed seq below n it did not see. (DESIGN.md's Redis-leased
+blocks cannot give that across workers: two workers holding seqs 5 and 6 may commit 6
+first; see the note on issue 3.)
+
+Every transaction retries on deadlock, lock wait timeout and duplicate key (a
+concurrent duplicate send), and maps connection trouble to `StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import aiomysql
+import msgpack
+import pymysql
+
+from protocol.ops import ConvKind, MsgType, is_client_msg_type
+from storage.models import (
+    AppendResult,
+    AppendStatus,
+    Conversation,
+    Membership,
+    MembershipChange,
+    NewMessage,
+    RecallResult,
+    RecallStatus,
+    StoredMessage,
+    StoreUnavailable,
+    SyncPage,
+    SyncRow,
+)
+from storage.mysql.schema import DEFAULT_SHARDS, SCHEMA_VERSION, ddl, message_table
+from storage.snowflake import Snowflake
+
+T = TypeVar("T")
+Cursor = Any  # aiomysql.Cursor (untyped library)
+
+_RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
+_MAX_ATTEMPTS: Final = 4
+_MSG_COLS: Final = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
+_UNREAD_TYPES: Final = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _msg(row: Sequence[Any]) -> StoredMessage:
+    cmid = row[7]
+    return StoredMessage(
+        int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), bytes(row[5]),
+        int(row[6]), cmid.decode() if cmid is not None else "",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class MySQLSettings:
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str = ""
+    database: str = "imgw"
+    shards: int = DEFAULT_SHARDS
+    pool: int = 10
+    timeout_s: float = 5.0  # per operation, then StoreUnavailable
+
+    @classmethod
+    def from_url(cls, url: str) -> MySQLSettings:
+        """`mysql://user:password@host:port/database?shards=16&pool=10&timeout=5`."""
+        parts = urlsplit(url)
+        if parts.scheme != "mysql":
+            raise ValueError(f"not a mysql:// URL: {url!r}")
+        opts = dict(parse_qsl(parts.query))
+        database = parts.path.lstrip("/") or "imgw"
+        try:
+            settings = cls(
+                host=parts.hostname or "127.0.0.1",
+                port=parts.port or 3306,
+                user=unquote(parts.username or "root"),
+                password=unquote(parts.password or ""),
+                database=database,
+                shards=int(opts.pop("shards", DEFAULT_SHARDS)),
+                pool=int(opts.pop("pool", 10)),
+                timeout_s=float(opts.pop("timeout", 5.0)),
+            )
+        except ValueError as e:
+            raise ValueError(f"bad option in {url!r}: {e}") from e
+        if opts:
+            raise ValueError(f"unknown mysql options {sorted(opts)} in {url!r}")
+        if not 1 <= settings.shards <= 1024:
+            raise ValueError("shards must be 1..1024")
+        return settings
+
+
+async def migrate(settings: MySQLSettings) -> list[str]:
+    """Create the database and tables if missing; record the schema version and shard
+    count. Idempotent. Returns what it did, for the command's output."""
+    done: list[str] = []
+    try:
+        conn = await aiomysql.connect(
+            host=settings.host, port=settings.port, user=settings.user,
+            password=settings.password, connect_timeout=settings.timeout_s, autocommit=True,
+            charset="utf8mb4",
+        )  # fmt: skip
+    except (pymysql.err.OperationalError, OSError) as e:
+        raise StoreUnavailable(f"cannot connect to MySQL at {settings.host}: {e}") from e
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" warnings
+            await cur.execute(
+                f"CREATE DATABASE IF NOT EXISTS `{settings.database}` DEFAULT CHARACTER SET utf8mb4"
+            )
+            await cur.execute(f"USE `{settings.database}`")
+            await cur.execute("SHOW TABLES LIKE 'im\\_meta'")
+            if await cur.fetchone():
+                await cur.execute("SELECT name, value FROM im_meta")
+                meta = {k: v for k, v in await cur.fetchall()}
+                if "shards" in meta and int(meta["shards"]) != settings.shards:
+                    raise ValueError(
+                        f"database {settings.database} has {meta['shards']} message shards; "
+                        f"refusing to migrate with shards={settings.shards}"
+                    )
+                if int(meta.get("schema_version", 0)) > SCHEMA_VERSION:
+                    raise ValueError("the database schema is newer than this imgw: upgrade imgw")
+            for stmt in ddl(settings.shards):
+                await cur.execute(stmt)
+            done.append(f"tables present ({settings.shards} message shards)")
+            await cur.execute(
+                "INSERT INTO im_meta (name, value) VALUES ('schema_version', %s), "
+                "('shards', %s) ON DUPLICATE KEY UPDATE value=VALUES(value)",
+                (str(SCHEMA_VERSION), str(settings.shards)),
+            )
+    finally:
+        conn.close()
+    return done
+
+
+class MySQLStore:
+    def __init__(
+        self,
+        settings: MySQLSettings,
+        *,
+        worker_id: int = 0,
+        clock: Callable[[], int] = _now_ms,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._ids = Snowflake(worker_id)
+        self._pool: aiomysql.Pool | None = None
+        self._shards = settings.shards
+        self.durability: dict[str, str] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        s = self.settings
+        try:
+            self._pool = await asyncio.wait_for(
+                aiomysql.create_pool(
+                    host=s.host, port=s.port, user=s.user, password=s.password, db=s.database,
+                    minsize=1, maxsize=s.pool, autocommit=False, charset="utf8mb4",
+                    connect_timeout=s.timeout_s, pool_recycle=3600,
+                ),
+                timeout=s.timeout_s * 2,
+            )  # fmt: skip
+        except (pymysql.err.Error, OSError, TimeoutError) as e:
+            raise StoreUnavailable(
+                f"cannot open MySQL {s.user}@{s.host}:{s.port}/{s.database}: {e}"
+            ) from e
+
+        async def inspect(cur: Cursor) -> None:
+            await cur.execute("SELECT value FROM im_meta WHERE name='shards'")
+            row = await cur.fetchone()
+            if row is None:
+                raise StoreUnavailable(
+                    f"database {s.database} has no imgw schema: run `imgw db migrate`"
+                )
+            self._shards = int(row[0])
+            await cur.execute(
+                "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
+                "('innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', "
+                "'innodb_doublewrite', 'version')"
+            )
+            self.durability = {k: str(v) for k, v in await cur.fetchall()}
+
+        try:
+            await self._run(inspect)
+        except pymysql.err.ProgrammingError as e:
+            raise StoreUnavailable(
+                f"database {s.database} has no imgw schema ({e}): run `imgw db migrate`"
+            ) from e
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            await self._pool.wait_closed()
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    def shard_of(self, conv_id: int) -> str:
+        return message_table(conv_id % self._shards)
+
+    # -- transactions ------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _conn(self) -> Any:
+        pool = self._pool
+        if pool is None:
+            raise StoreUnavailable("MySQL store not started")
+        try:
+            conn = await asyncio.wait_for(pool.acquire(), self.settings.timeout_s)
+        except (pymysql.err.Error, OSError, TimeoutError) as e:
+            raise StoreUnavailable(f"MySQL unavailable: {e!r}") from e
+        healthy = False
+        try:
+            yield conn
+            healthy = True
+        finally:
+            if not healthy:
+                conn.close()  # unknown state (cancelled, broken): never reuse it
+            pool.release(conn)
+
+    async def _run(self, body: Callable[[Cursor], Awaitable[T]]) -> T:
+        """Run `body` in one transaction, retrying transient conflicts."""
+        for attempt in range(_MAX_ATTEMPTS):
+            try:
+                async with self._conn() as conn, conn.cursor() as cur:
+                    try:
+                        result = await asyncio.wait_for(body(cur), self.settings.timeout_s)
+                        await asyncio.wait_for(conn.commit(), self.settings.timeout_s)
+                        return result
+                    except BaseException:
+                        if not conn.closed:
+                            try:
+                                await asyncio.wait_for(conn.rollback(), 1.0)
+                            except Exception:
+                                conn.close()
+                        raise
+            except pymysql.err.MySQLError as e:
+                errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
+                if errno in _RETRY_ERRNOS and attempt + 1 < _MAX_ATTEMPTS:
+                    await asyncio.sleep(0.002 * (attempt + 1))
+                    continue
+                if isinstance(e, pymysql.err.OperationalError | pymysql.err.InterfaceError):
+                    raise StoreUnavailable(f"MySQL: {e}") from e
+                if errno in _RETRY_ERRNOS:
+                    raise StoreUnavailable(f"MySQL kept conflicting: {e}") from e
+                raise
+            except (TimeoutError, OSError, ConnectionError) as e:
+                raise StoreUnavailable(f"MySQL: {e!r}") from e
+        raise AssertionError("unreachable")
+
+    async def _alloc(self, cur: Cursor, counts: dict[int, int], now: int) -> dict[int, int]:
+        """Allocate `counts[conv]` seqs per conversation under the seq row lock (held to
+        commit); returns the first seq of each block. Rows are locked in conv_id order
+        so concurrent batches cannot deadlock on them."""
+        convs = sorted(counts)
+        values = ",".join(["(%s,%s,%s,%s)"] * len(convs))
+        params: list[int] = []
+        for c in convs:
+            params += [c, counts[c], counts[c], now]
+        await cur.execute(
+            "INSERT INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
+            f"VALUES {values} ON DUPLICATE KEY UPDATE max_seq = max_seq + VALUES(max_seq), "
+            "reserved_seq = max_seq, last_active_ms = GREATEST(last_active_ms, "
+            "VALUES(last_active_ms))",
+            params,
+        )
+        marks = ",".join(["%s"] * len(convs))
+        await cur.execute(
+            f"SELECT conv_id, max_seq FROM im_conv_seq WHERE conv_id IN ({marks}) FOR UPDATE",
+            convs,
+        )
+        return {int(c): int(m) - counts[int(c)] + 1 for c, m in await cur.fetchall()}
+
+    async def _insert_messages(self, cur: Cursor, msgs: Sequence[StoredMessage]) -> None:
+        by_shard: dict[str, list[StoredMessage]] = defaultdict(list)
+        for m in msgs:
+            by_shard[self.shard_of(m.conv_id)].append(m)
+        for table, rows in by_shard.items():
+            values = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s)"] * len(rows))
+            params: list[Any] = []
+            for m in rows:
+                params += [
+                    m.conv_id, m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content,
+                    m.server_ms, m.client_msg_id.encode() if m.client_msg_id else None,
+                ]  # fmt: skip
+            await cur.execute(f"INSERT INTO {table} ({_MSG_COLS}) VALUES {values}", params)
+
+    async def _system(
+        self, cur: Cursor, conv_id: int, event: dict[str, Any], now: int
+    ) -> StoredMessage:
+        first = (await self._alloc(cur, {conv_id: 1}, now))[conv_id]
+        content = msgpack.packb(event, use_bin_type=True)
+        msg = StoredMessage(
+            conv_id, first, self._ids.next_id(now), 0, MsgType.SYSTEM, content, now, ""
+        )
+        await self._insert_messages(cur, [msg])
+        return msg
+
+    # -- conversations and members -------------------------------------------------------
+
+    async def get_conversation(self, conv_id: int) -> Conversation | None:
+        async def q(cur: Cursor) -> Conversation | None:
+            await cur.execute(
+                "SELECT conv_id, kind, title, owner_uid, created_ms FROM im_conversation "
+                "WHERE conv_id=%s",
+                (conv_id,),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            return Conversation(int(row[0]), int(row[1]), row[2], int(row[3]), int(row[4]))
+
+        return await self._run(q)
+
+    async def member_rows(self, conv_id: int) -> tuple[int, list[Membership]]:
+        """All member rows (current and former) in join order, with the conversation's
+        membership version (the seq of its latest membership change; 0 for p2p)."""
+
+        async def q(cur: Cursor) -> tuple[int, list[Membership]]:
+            await cur.execute(
+                "SELECT uid, joined_seq, left_seq FROM im_conv_member WHERE conv_id=%s "
+                "ORDER BY joined_seq, pos",
+                (conv_id,),
+            )
+            rows = [
+                Membership(conv_id, int(u), int(j), None if left is None else int(left))
+                for u, j, left in await cur.fetchall()
+            ]
+            version = max(
+                [m.joined_seq for m in rows] + [m.left_seq for m in rows if m.left_seq] or [0]
+            )
+            return version, rows
+
+        return await self._run(q)
+
+    async def get_membership(self, conv_id: int, uid: int) -> Membership | None:
+        async def q(cur: Cursor) -> Membership | None:
+            await cur.execute(
+                "SELECT joined_seq, left_seq FROM im_conv_member WHERE conv_id=%s AND uid=%s",
+                (conv_id, uid),
+            )
+            row = await cur.fetchone()
+            if row is None:
+                return None
+            return Membership(conv_id, uid, int(row[0]), None if row[1] is None else int(row[1]))
+
+        return await self._run(q)
+
+    async def member_uids(self, conv_id: int) -> list[int]:
+        _, rows = await self.member_rows(conv_id)
+        return [m.uid for m in rows if m.left_seq is None]
+
+    async def open_p2p(self, a: int, b: int) -> int:
+        lo, hi = min(a, b), max(a, b)
+
+        async def body(cur: Cursor) -> int:
+            await cur.execute(
+                "SELECT conv_id FROM im_conversation WHERE kind=%s AND p2p_lo=%s AND p2p_hi=%s",
+                (ConvKind.P2P, lo, hi),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                return int(row[0])
+            # A concurrent first open of the same pair makes this INSERT fail with a
+            # duplicate key; the transaction is retried and then finds the row.
+            now = self._clock()
+            await cur.execute(
+                "INSERT INTO im_conversation (kind, p2p_lo, p2p_hi, created_ms) "
+                "VALUES (%s,%s,%s,%s)",
+                (ConvKind.P2P, lo, hi, now),
+            )
+            conv_id = int(cur.lastrowid)
+            await cur.execute(
+                "INSERT INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
+                "VALUES (%s,0,0,%s)",
+                (conv_id, now),
+            )
+            await cur.execute(
+                "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
+                "updated_ms) VALUES (%s,%s,0,1,0,%s), (%s,%s,1,1,0,%s)",
+                (conv_id, lo, now, conv_id, hi, now),
+            )
+            return conv_id
+
+        return await self._run(body)
+
+    async def create_group(
+        self, owner: int, title: str, uids: Sequence[int]
+    ) -> tuple[int, StoredMessage]:
+        members = list(dict.fromkeys([owner, *uids]))
+
+        async def body(cur: Cursor) -> tuple[int, StoredMessage]:
+            now = self._clock()
+            await cur.execute(
+                "INSERT INTO im_conversation (kind, title, owner_uid, created_ms) "
+                "VALUES (%s,%s,%s,%s)",
+                (ConvKind.GROUP, title, owner, now),
+            )
+            conv_id = int(cur.lastrowid)
+            event = {"event": "created", "by": owner, "uids": members, "title": title}
+            msg = await self._system(cur, conv_id, event, now)
+            values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(members))
+            params: list[int] = []
+            for i, u in enumerate(members):
+                params += [conv_id, u, i, msg.seq, msg.seq - 1, now]
+            await cur.execute(
+                "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
+                f"updated_ms) VALUES {values}",
+                params,
+            )
+            return conv_id, msg
+
+        return await self._run(body)
+
+    async def change_members(
+        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+    ) -> MembershipChange:
+        async def body(cur: Cursor) -> MembershipChange:
+            now = self._clock()
+            # The conversation row lock serialises membership changes of one group.
+            await cur.execute(
+                "SELECT owner_uid FROM im_conversation WHERE conv_id=%s FOR UPDATE", (conv_id,)
+            )
+            owner = int((await cur.fetchone())[0])
+            await cur.execute(
+                "SELECT uid FROM im_conv_member WHERE conv_id=%s AND left_seq IS NULL "
+                "ORDER BY joined_seq, pos",
+                (conv_id,),
+            )
+            active = [int(r[0]) for r in await cur.fetchall()]
+            present = set(active)
+            adds = [u for u in dict.fromkeys(add) if u not in present]
+            removes = [u for u in dict.fromkeys(remove) if u in present and u != by]
+            leaves = [by] if by in remove and by in present else []
+            out: list[StoredMessage] = []
+            if adds:
+                msg = await self._system(
+                    cur, conv_id, {"event": "added", "by": by, "uids": adds}, now
+                )
+                out.append(msg)
+                values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(adds))
+                params: list[int] = []
+                for i, u in enumerate(adds):
+                    params += [conv_id, u, i, msg.seq, msg.seq - 1, now]
+                await cur.execute(
+                    "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
+                    f"updated_ms) VALUES {values} ON DUPLICATE KEY UPDATE pos=VALUES(pos), "
+                    "joined_seq=VALUES(joined_seq), left_seq=NULL, left_ms=NULL, "
+                    "read_seq=VALUES(read_seq), updated_ms=VALUES(updated_ms)",
+                    params,
+                )
+            for event, uids in (("removed", removes), ("left", leaves)):
+                if not uids:
+                    continue
+                msg = await self._system(
+                    cur, conv_id, {"event": event, "by": by, "uids": uids}, now
+                )
+                out.append(msg)
+                marks = ",".join(["%s"] * len(uids))
+                await cur.execute(
+                    "UPDATE im_conv_member SET left_seq=%s, left_ms=%s, updated_ms=%s "
+                    f"WHERE conv_id=%s AND uid IN ({marks})",
+                    [msg.seq, now, now, conv_id, *uids],
+                )
+            if owner in removes or owner in leaves:
+                gone = set(removes) | set(leaves)
+                remaining = [u for u in active if u not in gone] + adds
+                owner = remaining[0] if remaining else 0
+                await cur.execute(
+                    "UPDATE im_conversation SET owner_uid=%s WHERE conv_id=%s", (owner, conv_id)
+                )
+            return MembershipChange(out, owner)
+
+        return await self._run(body)
+
+    # -- messages ------------------------------------------------------------------------
+
+    async def _find_sent_in(
+        self, cur: Cursor, keys: Sequence[tuple[int, str]]
+    ) -> dict[tuple[int, str], StoredMessage]:
+        if not keys:
+            return {}
+        cond = " OR ".join(["(sender_uid=%s AND client_msg_id=%s)"] * len(keys))
+        params: list[Any] = []
+        for sender, cmid in keys:
+            params += [sender, cmid.encode()]
+        await cur.execute(
+            f"SELECT sender_uid, client_msg_id, conv_id, seq FROM im_send_dedup WHERE {cond}",
+            params,
+        )
+        found: dict[tuple[int, str], StoredMessage] = {}
+        for sender, cmid, conv_id, seq in await cur.fetchall():
+            await cur.execute(
+                f"SELECT {_MSG_COLS} FROM {self.shard_of(int(conv_id))} "
+                "WHERE conv_id=%s AND seq=%s",
+                (conv_id, seq),
+            )
+            row = await cur.fetchone()
+            if row is not None:
+                found[(int(sender), bytes(cmid).decode())] = _msg(row)
+        return found
+
+    async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        async def body(cur: Cursor) -> list[AppendResult]:
+            now = self._clock()
+            prior = await self._find_sent_in(
+                cur, list({(m.sender_uid, m.client_msg_id) for m in batch})
+            )
+            fresh: list[int] = []  # indexes of messages to store
+            seen: dict[tuple[int, str], int] = {}
+            for i, m in enumerate(batch):
+                key = (m.sender_uid, m.client_msg_id)
+                if key not in prior and key not in seen:
+                    seen[key] = i
+                    fresh.append(i)
+            counts: dict[int, int] = defaultdict(int)
+            for i in fresh:
+                counts[batch[i].conv_id] += 1
+            stored: dict[int, StoredMessage] = {}
+            if fresh:
+                nxt = await self._alloc(cur, counts, now)
+                for i in fresh:
+                    m = batch[i]
+                    seq = nxt[m.conv_id]
+                    nxt[m.conv_id] = seq + 1
+                    stored[i] = StoredMessage(
+                        m.conv_id, seq, self._ids.next_id(now), m.sender_uid, m.msg_type,
+                        m.content, now, m.client_msg_id,
+                    )  # fmt: skip
+                await self._insert_messages(cur, list(stored.values()))
+                values = ",".join(["(%s,%s,%s,%s,%s)"] * len(stored))
+                params: list[Any] = []
+                for s in stored.values():
+                    params += [s.sender_uid, s.client_msg_id.encode(), s.conv_id, s.seq, now]
+                await cur.execute(
+                    "INSERT INTO im_send_dedup (sender_uid, client_msg_id, conv_id, seq, "
+                    f"created_ms) VALUES {values}",
+                    params,
+                )
+            results: list[AppendResult] = []
+            for i, m in enumerate(batch):
+                if i in stored:
+                    results.append(AppendResult(AppendStatus.STORED, stored[i]))
+                    continue
+                key = (m.sender_uid, m.client_msg_id)
+                original = prior.get(key) or stored.get(seen.get(key, -1))
+                if original is None:
+                    results.append(AppendResult(AppendStatus.CONFLICT, None))
+                elif (original.conv_id, original.msg_type, original.content) == (
+                    m.conv_id, m.msg_type, m.content,
+                ):  # fmt: skip
+                    results.append(AppendResult(AppendStatus.DUPLICATE, original))
+                else:
+                    results.append(AppendResult(AppendStatus.CONFLICT, None))
+            return results
+
+        return await self._run(body)
+
+    async def find_sent(self, sender_uid: int, client_msg_id: str) -> StoredMessage | None:
+        async def q(cur: Cursor) -> StoredMessage | None:
+            found = await self._find_sent_in(cur, [(sender_uid, client_msg_id)])
+            return found.get((sender_uid, client_msg_id))
+
+        return await self._run(q)
+
+    async def read_after(
+        self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        lo = max(after_seq + 1, min_seq)
+        hi = max_seq if max_seq is not None else (1 << 64) - 1
+
+        async def q(cur: Cursor) -> list[Any]:
+            await cur.execute(
+                f"SELECT {_MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+                "AND seq BETWEEN %s AND %s ORDER BY seq LIMIT %s",
+                (conv_id, min(lo, (1 << 64) - 1), hi, limit + 1),
+            )
+            return list(await cur.fetchall())
+
+        rows = await self._run(q)
+        return [_msg(r) for r in rows[:limit]], len(rows) > limit
+
+    async def read_before(
+        self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        hi = (1 << 64) - 1 if before_seq == 0 else before_seq - 1
+        if max_seq is not None:
+            hi = min(hi, max_seq)
+
+        async def q(cur: Cursor) -> list[Any]:
+            await cur.execute(
+                f"SELECT {_MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+                "AND seq BETWEEN %s AND %s ORDER BY seq DESC LIMIT %s",
+                (conv_id, min_seq, hi, limit + 1),
+            )
+            return list(await cur.fetchall())
+
+        rows = await self._run(q)
+        return [_msg(r) for r in reversed(rows[:limit])], len(rows) > limit
+
+    async def recall(
+        self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
+    ) -> RecallResult:
+        table = self.shard_of(conv_id)
+
+        async def body(cur: Cursor) -> RecallResult:
+            now = self._clock()
+            await cur.execute(
+                f"SELECT sender_uid, msg_type, send_ms, status FROM {table} "
+                "WHERE conv_id=%s AND seq=%s FOR UPDATE",
+                (conv_id, seq),
+            )
+            row = await cur.fetchone()
+            if row is None or seq < min_seq:
+                return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
+            sender, msg_type, send_ms, recall_seq = (int(x) for x in row)
+            if sender != by:
+                return RecallResult(RecallStatus.DENIED)
+            if recall_seq:
+                return RecallResult(RecallStatus.ALREADY, recall_seq)
+            if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
+                return RecallResult(RecallStatus.DENIED)
+            first = (await self._alloc(cur, {conv_id: 1}, now))[conv_id]
+            msg = StoredMessage(
+                conv_id, first, self._ids.next_id(now), by, MsgType.RECALL,
+                msgpack.packb([seq]), now, "",
+            )  # fmt: skip
+            await self._insert_messages(cur, [msg])
+            await cur.execute(
+                f"UPDATE {table} SET msg_type=%s, content='', status=%s "
+                "WHERE conv_id=%s AND seq=%s",
+                (MsgType.RECALL, msg.seq, conv_id, seq),
+            )
+            return RecallResult(RecallStatus.RECALLED, msg.seq, msg)
+
+        return await self._run(body)
+
+    # -- positions and sync ----------------------------------------------------------------
+
+    async def max_seq(self, conv_id: int) -> int:
+        async def q(cur: Cursor) -> int:
+            await cur.execute("SELECT max_seq FROM im_conv_seq WHERE conv_id=%s", (conv_id,))
+            row = await cur.fetchone()
+            return int(row[0]) if row else 0
+
+        return await self._run(q)
+
+    async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
+        async def body(cur: Cursor) -> int | None:
+            await cur.execute("SELECT max_seq FROM im_conv_seq WHERE conv_id=%s", (conv_id,))
+            row = await cur.fetchone()
+            target = min(seq, int(row[0]) if row else 0)
+            await cur.execute(
+                "UPDATE im_conv_member SET read_seq=%s, updated_ms=%s WHERE conv_id=%s "
+                "AND uid=%s AND read_seq<%s AND left_seq IS NULL",
+                (target, self._clock(), conv_id, uid, target),
+            )
+            return target if cur.rowcount else None
+
+        return await self._run(body)
+
+    async def flush_reads(self, reads: Sequence[tuple[int, int, int, int]]) -> None:
+        """Upsert read positions (conv_id, uid, seq, changed_ms) kept first in Redis; a
+        position never moves back."""
+        if not reads:
+            return
+
+        async def body(cur: Cursor) -> None:
+            values = ",".join(["(%s,%s,0,0,%s,%s)"] * len(reads))
+            params: list[int] = []
+            for conv_id, uid, seq, ms in sorted(reads):
+                params += [conv_id, uid, seq, ms]
+            await cur.execute(
+                "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
+                f"updated_ms) VALUES {values} ON DUPLICATE KEY UPDATE "
+                "updated_ms = IF(VALUES(read_seq) > read_seq, VALUES(updated_ms), updated_ms), "
+                "read_seq = GREATEST(read_seq, VALUES(read_seq))",
+                params,
+            )
+
+        await self._run(body)
+
+    async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
+        async def body(cur: Cursor) -> int | None:
+            await cur.execute("SELECT max_seq FROM im_conv_seq WHERE conv_id=%s", (conv_id,))
+            row = await cur.fetchone()
+            target = min(seq, int(row[0]) if row else 0)
+            if target <= 0:
+                return None
+            await cur.execute(
+                "INSERT INTO im_delivered (uid, device, conv_id, seq, updated_ms) "
+                "VALUES (%s,%s,%s,%s,%s) ON DUPLICATE KEY UPDATE "
+                "updated_ms = IF(VALUES(seq) > seq, VALUES(updated_ms), updated_ms), "
+                "seq = GREATEST(seq, VALUES(seq))",
+                (uid, device, conv_id, target, self._clock()),
+            )
+            # rowcount: 1 inserted, 2 updated, 0 unchanged
+            return target if cur.rowcount else None
+
+        return await self._run(body)
+
+    async def sync(
+        self,
+        uid: int,
+        device: str,
+        *,
+        changed_since_ms: int,
+        after: tuple[int, int] | None,
+        limit: int,
+    ) -> SyncPage:
+        a_active, a_conv = after if after is not None else ((1 << 62), 0)
+
+        async def q(cur: Cursor) -> tuple[list[Any], dict[int, int]]:
+            await cur.execute(
+                """SELECT m.conv_id AS cid, c.kind, COALESCE(m.left_seq, s.max_seq) AS max_seq,
+                  m.read_seq, COALESCE(d.seq, 0), COALESCE(m.left_ms, s.last_active_ms)
+                  AS last_active, (m.left_seq IS NULL),
+                  GREATEST(COALESCE(m.left_ms, s.last_active_ms), m.updated_ms,
+                           COALESCE(d.updated_ms, 0)) AS changed
+                FROM im_conv_member m
+                JOIN im_conversation c ON c.conv_id = m.conv_id
+                JOIN im_conv_seq s ON s.conv_id = m.conv_id
+                LEFT JOIN im_delivered d
+                  ON d.uid = m.uid AND d.device = %s AND d.conv_id = m.conv_id
+                WHERE m.uid = %s
+                HAVING changed >= %s AND (last_active < %s OR (last_active = %s AND cid < %s))
+                ORDER BY last_active DESC, cid DESC
+                LIMIT %s""",
+                (device, uid, changed_since_ms, a_active, a_active, a_conv, limit + 1),
+            )
+            rows = list(await cur.fetchall())
+            unread = await self._unread(cur, uid, rows[:limit])
+            return rows, unread
+
+        rows, unread = await self._run(q)
+        out = [
+            SyncRow(
+                int(r[0]),
+                int(r[1]),
+                int(r[2]),
+                int(r[3]),
+                int(r[4]),
+                unread.get(int(r[0]), 0),
+                int(r[5]),
+                bool(r[6]),
+            )
+            for r in rows[:limit]
+        ]
+        return SyncPage(out, len(rows) > limit)
+
+    async def _unread(self, cur: Cursor, uid: int, rows: Sequence[Any]) -> dict[int, int]:
+        """Unread counts by range scans of (conv_id, seq), one query per shard."""
+        by_shard: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+        for r in rows:
+            conv_id, max_seq, read_seq = int(r[0]), int(r[2]), int(r[3])
+            if max_seq > read_seq:
+                by_shard[self.shard_of(conv_id)].append((conv_id, read_seq, max_seq))
+        counts: dict[int, int] = {}
+        for table, ranges in by_shard.items():
+            cond = " OR ".join(["(conv_id=%s AND seq>%s AND seq<=%s)"] * len(ranges))
+            params: list[int] = [uid]
+            for rng in ranges:
+                params += list(rng)
+            await cur.execute(
+                f"SELECT conv_id, COUNT(*) FROM {table} WHERE sender_uid<>%s AND "
+                f"{_UNREAD_TYPES} AND ({cond}) GROUP BY conv_id",
+                params,
+            )
+            counts.update({int(c): int(n) for c, n in await cur.fetchall()})
+        return counts
+
+    async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
+        if not others:
+            return set()
+        marks = ",".join(["%s"] * len(others))
+
+        async def q(cur: Cursor) -> set[int]:
+            await cur.execute(
+                "SELECT DISTINCT b.uid FROM im_conv_member a JOIN im_conv_member b "
+                "ON a.conv_id = b.conv_id WHERE a.uid=%s AND a.left_seq IS NULL "
+                f"AND b.left_seq IS NULL AND b.uid IN ({marks})",
+                (uid, *others),
+            )
+            return {int(r[0]) for r in await cur.fetchall()}
+
+        return await self._run(q)
