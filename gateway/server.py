@@ -54,6 +54,7 @@ class Server:
         cfg = self.config
         self.backends = open_backends(cfg.store_url(), cfg.cache, cfg.bus)
         await self.backends.store.start()
+        self._report_durability()
         node = self.node = Node(
             cfg,
             node_id=cfg.node_id or default_node_id(),
@@ -84,6 +85,18 @@ class Server:
             bus=cfg.bus,
             admin_port=cfg.admin_port or None,
         )
+
+    def _report_durability(self) -> None:
+        assert self.backends is not None
+        settings = self.backends.store.durability()
+        self.log.info("store durability", **settings)
+        flush = settings.get("innodb_flush_log_at_trx_commit")
+        if flush is not None and flush != "1":
+            self.log.warning(
+                "innodb_flush_log_at_trx_commit is not 1: a MySQL crash can lose "
+                "acknowledged messages; set it to 1",
+                innodb_flush_log_at_trx_commit=flush,
+            )
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()

@@ -1,5 +1,9 @@
 """Backends by URL: `--store sqlite:///path | mysql://…`, `--cache memory:// | redis://…`,
-`--bus local:// | amqp://…`."""
+`--bus local:// | amqp://…`.
+
+`mysql://` with `redis://` is the production store (MySQL authority, Redis accelerator);
+`mysql://` with `memory://` runs on MySQL alone; the cache URL also names the route
+store."""
 
 from __future__ import annotations
 
@@ -30,36 +34,54 @@ def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
     return rest[1:], dict(parse_qsl(query))
 
 
+def _embedded(url: str, worker_id: int) -> EmbeddedStore:
+    path, opts = sqlite_path(url)
+    try:
+        busy_ms = int(opts.pop("busy_timeout_ms", "5000"))
+    except ValueError as e:
+        raise BackendError(f"bad busy_timeout_ms in {url!r}") from e
+    if opts:
+        raise BackendError(f"unknown sqlite options {sorted(opts)} in {url!r}")
+    return EmbeddedStore(path, worker_id=worker_id, busy_timeout_ms=busy_ms)
+
+
 def open_backends(store_url: str, cache_url: str, bus_url: str, *, worker_id: int = 0) -> Backends:
-    scheme = urlsplit(store_url).scheme
-    if scheme == "sqlite":
-        path, opts = sqlite_path(store_url)
-        try:
-            busy_ms = int(opts.pop("busy_timeout_ms", "5000"))
-        except ValueError as e:
-            raise BackendError(f"bad busy_timeout_ms in {store_url!r}") from e
-        if opts:
-            raise BackendError(f"unknown sqlite options {sorted(opts)} in {store_url!r}")
-        store: ChatStore = EmbeddedStore(path, worker_id=worker_id, busy_timeout_ms=busy_ms)
-    elif scheme == "mysql":
-        from storage.mysql import MySQLSettings, MySQLStore
+    cache_scheme = urlsplit(cache_url).scheme
+    cache = None
+    if cache_scheme in ("redis", "rediss"):
+        from storage.redis import RedisCache, RedisRouteStore, redis_from_url
 
         try:
-            settings = MySQLSettings.from_url(store_url)
+            client, prefix = redis_from_url(cache_url)
         except ValueError as e:
             raise BackendError(str(e)) from e
-        store = MySQLStore(settings, worker_id=worker_id)
+        routes: RouteStore = RedisRouteStore(client, prefix=prefix)
+        cache = RedisCache(client, prefix=prefix)
+    elif cache_scheme == "memory":
+        routes = MemoryRouteStore()
+    else:
+        raise BackendError(
+            f"unsupported cache {cache_url!r}: use memory:// or redis://host:port/db"
+        )
+
+    store_scheme = urlsplit(store_url).scheme
+    if store_scheme == "sqlite":
+        store: ChatStore = _embedded(store_url, worker_id)
+    elif store_scheme == "mysql":
+        from storage.mysql import MySQLSettings, MySQLStore
+        from storage.production import ProductionStore
+
+        try:
+            mysql = MySQLStore(MySQLSettings.from_url(store_url), worker_id=worker_id)
+        except ValueError as e:
+            raise BackendError(str(e)) from e
+        store = mysql if cache is None else ProductionStore(mysql, cache)
     else:
         raise BackendError(
             f"unsupported store {store_url!r}: use sqlite:///path or mysql://user:pw@host/db"
         )
-    scheme = urlsplit(cache_url).scheme
-    if scheme == "memory":
-        routes: RouteStore = MemoryRouteStore()
-    else:
-        raise BackendError(f"unsupported cache {cache_url!r}: this build supports memory://")
-    scheme = urlsplit(bus_url).scheme
-    if scheme == "local":
+
+    if urlsplit(bus_url).scheme == "local":
         bus: Bus = LocalBus()
     else:
         raise BackendError(f"unsupported bus {bus_url!r}: this build supports local://")

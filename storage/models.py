@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from enum import Enum
+
+DIGEST_BYTES = 16
+
+
+def content_digest(content: bytes) -> bytes:
+    """What an idempotency record keeps of the content: the first 16 bytes of BLAKE2b."""
+    return hashlib.blake2b(content).digest()[:DIGEST_BYTES]
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +24,33 @@ class StoredMessage:
     content: bytes
     server_ms: int
     client_msg_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SentRecord:
+    """The original SEND_ACK of `(sender_uid, client_msg_id)` and what the send was, so a
+    retry gets the same ack and a different send with the same id is a conflict."""
+
+    sender_uid: int
+    client_msg_id: str
+    conv_id: int
+    seq: int
+    msg_id: int
+    server_ms: int
+    msg_type: int
+    digest: bytes  # content_digest(content)
+
+    @classmethod
+    def of(cls, m: StoredMessage) -> SentRecord:
+        return cls(
+            m.sender_uid, m.client_msg_id, m.conv_id, m.seq, m.msg_id, m.server_ms,
+            m.msg_type, content_digest(m.content),
+        )  # fmt: skip
+
+    def same_send(self, conv_id: int, msg_type: int, content: bytes) -> bool:
+        return (self.conv_id, self.msg_type, self.digest) == (
+            conv_id, msg_type, content_digest(content),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

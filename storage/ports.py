@@ -20,6 +20,7 @@ from storage.models import (
     NewMessage,
     RecallResult,
     Route,
+    SentRecord,
     StoredMessage,
     SyncPage,
 )
@@ -69,7 +70,9 @@ class ChatStore(Protocol):
         commit fails (then nothing in the batch is stored)."""
         ...
 
-    async def find_sent(self, sender_uid: int, client_msg_id: str) -> StoredMessage | None: ...
+    async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
+        """The idempotency record of a stored send, if any."""
+        ...
 
     async def read_after(
         self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
@@ -119,6 +122,11 @@ class ChatStore(Protocol):
         """The store's clock, the one that stamps server_ms and activity times."""
         ...
 
+    def durability(self) -> dict[str, str]:
+        """The settings that decide whether a commit survives a crash (for the startup
+        log)."""
+        ...
+
 
 class RouteStore(Protocol):
     """Where each online (uid, device) is connected. Routes expire unless renewed; a
@@ -138,6 +146,10 @@ class RouteStore(Protocol):
         ...
 
     async def get(self, uid: int, device: str) -> Route | None: ...
+
+    async def ttl(self, uid: int, device: str) -> float | None:
+        """Seconds until the device's route expires; None if it has none."""
+        ...
 
     async def online(self, uids: Sequence[int]) -> dict[int, list[Route]]:
         """Online routes of each uid (uids with none are omitted), in one round trip."""

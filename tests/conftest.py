@@ -12,7 +12,7 @@ import pytest
 from gateway.config import Config
 from gateway.logs import configure
 from gateway.server import Server
-from tests.support.services import drop_mysql, fresh_mysql
+from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
 from tests.support.wire import TOKEN_KEY, Wire
 
 configure("console", "warning")
@@ -33,7 +33,9 @@ def test_config(tmp_path: Path, **overrides: Any) -> Config:
     return dataclasses.replace(base, **overrides)
 
 
-BACKENDS = ("embedded", "mysql")
+# embedded: SQLite + in-process routes. mysql: MySQL alone (what runs while Redis is
+# down). production: MySQL + Redis.
+BACKENDS = ("embedded", "mysql", "production")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -52,10 +54,13 @@ async def backend_urls(backend: str) -> AsyncIterator[dict[str, str]]:
         yield {}
         return
     url = await fresh_mysql()
+    cache = fresh_redis_url() if backend == "production" else "memory://"
     try:
-        yield {"store": url}
+        yield {"store": url, "cache": cache}
     finally:
         await drop_mysql(url)
+        if backend == "production":
+            await drop_redis(cache)
 
 
 @pytest.fixture

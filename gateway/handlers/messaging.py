@@ -47,10 +47,6 @@ def _record(m: StoredMessage) -> MsgRecord:
     )
 
 
-def _same_send(m: StoredMessage, f: Send) -> bool:
-    return (m.conv_id, m.msg_type, m.content) == (f.conv_id, f.msg_type, f.content)
-
-
 async def _answer_resend(node: Node, conn: Connection, f: Send) -> bool:
     """If this (sender, client_msg_id) was stored before, answer as the original send did
     and return True. Checked before refusing a send, so a retry of an acked message is
@@ -58,9 +54,9 @@ async def _answer_resend(node: Node, conn: Connection, f: Send) -> bool:
     prior = await node.store.find_sent(conn.uid, f.client_msg_id)
     if prior is None:
         return False
-    if _same_send(prior, f):
+    if prior.same_send(f.conv_id, f.msg_type, f.content):
         node.metrics.sends.labels(result="duplicate").inc()
-        conn.send(_ack(f.rid, prior))
+        conn.send(SendAck(f.rid, prior.conv_id, prior.seq, prior.msg_id, prior.server_ms))
     else:
         conn.error(f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, _CONFLICT)
     return True

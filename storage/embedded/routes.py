@@ -62,11 +62,12 @@ class MemoryRouteStore:
                     out[uid] = live
         return out
 
-    def ttl_left(self, uid: int, device: str) -> float | None:
-        """Seconds until the route expires (for tests and admin), None if absent."""
+    async def ttl(self, uid: int, device: str) -> float | None:
         devices = self._by_uid.get(uid)
         cur = devices.get(device) if devices else None
-        return None if cur is None else cur[1] - self._clock()
+        if cur is None or cur[1] < self._clock():
+            return None
+        return cur[1] - self._clock()
 
     async def close(self) -> None:
         self._by_uid.clear()

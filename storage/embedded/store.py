@@ -30,6 +30,7 @@ from storage.models import (
     NewMessage,
     RecallResult,
     RecallStatus,
+    SentRecord,
     StoredMessage,
     StoreUnavailable,
     SyncPage,
@@ -130,6 +131,9 @@ class EmbeddedStore:
 
     def now_ms(self) -> int:
         return self._clock()
+
+    def durability(self) -> dict[str, str]:
+        return {"engine": "sqlite", "journal_mode": "wal", "synchronous": "full"}
 
     async def _w(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(self._writer, fn, *args)
@@ -409,12 +413,13 @@ class EmbeddedStore:
         ).fetchone()
         return _msg(row) if row else None
 
-    async def find_sent(self, sender_uid: int, client_msg_id: str) -> StoredMessage | None:
+    async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         def q() -> StoredMessage | None:
             assert self._rconn is not None
             return self._find_sent(self._rconn, sender_uid, client_msg_id)
 
-        return await self._r(q)
+        msg = await self._r(q)
+        return None if msg is None else SentRecord.of(msg)
 
     async def read_after(
         self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None

@@ -40,6 +40,7 @@ from storage.models import (
     NewMessage,
     RecallResult,
     RecallStatus,
+    SentRecord,
     StoredMessage,
     StoreUnavailable,
     SyncPage,
@@ -164,7 +165,7 @@ class MySQLStore:
         self._ids = Snowflake(worker_id)
         self._pool: aiomysql.Pool | None = None
         self._shards = settings.shards
-        self.durability: dict[str, str] = {}
+        self._durability: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -197,7 +198,7 @@ class MySQLStore:
                 "('innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', "
                 "'innodb_doublewrite', 'version')"
             )
-            self.durability = {k: str(v) for k, v in await cur.fetchall()}
+            self._durability = {k: str(v) for k, v in await cur.fetchall()}
 
         try:
             await self._run(inspect)
@@ -213,6 +214,9 @@ class MySQLStore:
 
     def now_ms(self) -> int:
         return self._clock()
+
+    def durability(self) -> dict[str, str]:
+        return {"engine": "mysql", **self._durability}
 
     def shard_of(self, conv_id: int) -> str:
         return message_table(conv_id % self._shards)
@@ -575,12 +579,13 @@ class MySQLStore:
 
         return await self._run(body)
 
-    async def find_sent(self, sender_uid: int, client_msg_id: str) -> StoredMessage | None:
+    async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         async def q(cur: Cursor) -> StoredMessage | None:
             found = await self._find_sent_in(cur, [(sender_uid, client_msg_id)])
             return found.get((sender_uid, client_msg_id))
 
-        return await self._run(q)
+        msg = await self._run(q)
+        return None if msg is None else SentRecord.of(msg)
 
     async def read_after(
         self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None

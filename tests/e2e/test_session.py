@@ -170,7 +170,7 @@ async def test_ping_pong_and_route_ttl(gw: Server) -> None:
     w = await Wire.login(gw.port, 5, "d")
     await w.send(Ping())
     assert isinstance(await w.recv(), Pong)
-    ttl = gw.node.routes.ttl_left(5, "d")  # type: ignore[union-attr]
+    ttl = await gw.node.routes.ttl(5, "d")  # type: ignore[union-attr]
     assert ttl is not None and 0 < ttl <= 90
     await w.close()
 

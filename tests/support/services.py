@@ -9,6 +9,7 @@ import socket
 import aiomysql
 
 from storage.mysql import MySQLSettings, migrate
+from storage.redis import redis_from_url
 
 MYSQL_HOST = "127.0.0.1"
 MYSQL_PORT = 3306
@@ -38,6 +39,22 @@ async def fresh_mysql(shards: int = 2) -> str:
     url = f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/{name}?shards={shards}&timeout=3"
     await migrate(MySQLSettings.from_url(url))
     return url
+
+
+def fresh_redis_url() -> str:
+    """A Redis URL with a private key prefix (delete with drop_redis)."""
+    require_port(6379, "Redis")
+    return f"{REDIS_URL}?prefix=imgwtest:{secrets.token_hex(6)}:"
+
+
+async def drop_redis(url: str) -> None:
+    client, prefix = redis_from_url(url)
+    try:
+        keys = [k async for k in client.scan_iter(match=prefix + "*", count=1000)]
+        for i in range(0, len(keys), 1000):
+            await client.delete(*keys[i : i + 1000])
+    finally:
+        await client.aclose()
 
 
 async def drop_mysql(url: str) -> None:

@@ -1,0 +1,279 @@
+"""The production ChatStore: MySQL is the authority, Redis the accelerator.
+
+Every Redis key can vanish at any moment without losing or duplicating a message: each
+read that Redis answers has a MySQL fallback, and nothing is acknowledged on Redis'
+word alone. While Redis is down every operation goes to MySQL (slower, still correct);
+when it returns, the fast path resumes by itself.
+
+What Redis holds here (see storage/redis/cache.py for the keys):
+- member snapshots, versioned by the conversation's last membership seq, so a member
+  check costs one Redis read and a stale snapshot can never overwrite a newer one;
+- idempotency records, written after each commit, so a resend is answered without MySQL;
+- max seq hints, for clamping READ and DELIVERED;
+- read and delivered positions: written to Redis first and flushed to MySQL in batches
+  (every FLUSH_EVERY_S, at most 3 s), positions only ever move forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Final
+
+import structlog
+
+from storage.models import (
+    AppendResult,
+    AppendStatus,
+    Conversation,
+    Membership,
+    MembershipChange,
+    NewMessage,
+    RecallResult,
+    SentRecord,
+    StoredMessage,
+    StoreUnavailable,
+    SyncPage,
+)
+from storage.mysql import MySQLStore
+from storage.redis.cache import MemberSnapshot, RedisCache
+
+FLUSH_EVERY_S: Final = 1.0
+log = structlog.get_logger("imgw.store")
+
+
+def _snapshot(conv_id: int, version: int, rows: Sequence[Membership]) -> MemberSnapshot:
+    return MemberSnapshot(
+        conv_id=conv_id,
+        version=version,
+        rows={m.uid: (m.joined_seq, m.left_seq) for m in rows},
+        order=[m.uid for m in rows if m.left_seq is None],
+    )
+
+
+class ProductionStore:
+    def __init__(self, mysql: MySQLStore, cache: RedisCache) -> None:
+        self.mysql = mysql
+        self.cache = cache
+        # Positions accepted in Redis, not yet in MySQL: (conv, uid) -> (seq, ms).
+        self._reads: dict[tuple[int, int], tuple[int, int]] = {}
+        self._delivered: dict[tuple[int, int, str], tuple[int, int]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self.redis_errors = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.mysql.start()
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        try:
+            await self.flush_positions()
+        except StoreUnavailable as e:
+            log.error("read positions not flushed at close", error=str(e))
+        await self.mysql.close()
+
+    def now_ms(self) -> int:
+        return self.mysql.now_ms()
+
+    def durability(self) -> dict[str, str]:
+        return self.mysql.durability()
+
+    def _redis_failed(self, op: str, e: Exception) -> None:
+        self.redis_errors += 1
+        log.warning("redis unavailable; using MySQL", op=op, error=str(e))
+
+    # -- members ---------------------------------------------------------------------------
+
+    async def _members(self, conv_id: int) -> MemberSnapshot:
+        try:
+            snap = await self.cache.get_members(conv_id)
+            if snap is not None:
+                return snap
+        except StoreUnavailable as e:
+            self._redis_failed("get_members", e)
+        version, rows = await self.mysql.member_rows(conv_id)
+        snap = _snapshot(conv_id, version, rows)
+        if rows:
+            await self._put_members(snap)
+        return snap
+
+    async def _put_members(self, snap: MemberSnapshot) -> None:
+        try:
+            await self.cache.put_members(snap)
+        except StoreUnavailable as e:
+            self._redis_failed("put_members", e)
+
+    async def _refresh_members(self, conv_id: int) -> None:
+        version, rows = await self.mysql.member_rows(conv_id)
+        await self._put_members(_snapshot(conv_id, version, rows))
+
+    async def get_conversation(self, conv_id: int) -> Conversation | None:
+        return await self.mysql.get_conversation(conv_id)
+
+    async def get_membership(self, conv_id: int, uid: int) -> Membership | None:
+        row = (await self._members(conv_id)).rows.get(uid)
+        return None if row is None else Membership(conv_id, uid, row[0], row[1])
+
+    async def member_uids(self, conv_id: int) -> list[int]:
+        return list((await self._members(conv_id)).order)
+
+    async def open_p2p(self, a: int, b: int) -> int:
+        return await self.mysql.open_p2p(a, b)
+
+    async def create_group(
+        self, owner: int, title: str, uids: Sequence[int]
+    ) -> tuple[int, StoredMessage]:
+        conv_id, msg = await self.mysql.create_group(owner, title, uids)
+        await self._refresh_members(conv_id)
+        return conv_id, msg
+
+    async def change_members(
+        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+    ) -> MembershipChange:
+        change = await self.mysql.change_members(conv_id, by, add, remove)
+        if change.messages:
+            await self._refresh_members(conv_id)
+        return change
+
+    # -- messages ------------------------------------------------------------------------
+
+    async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        results = await self.mysql.append(batch)
+        stored = [r.message for r in results if r.status is AppendStatus.STORED and r.message]
+        if stored:
+            try:
+                await self.cache.put_sent([SentRecord.of(m) for m in stored])
+                top: dict[int, int] = {}
+                for m in stored:
+                    top[m.conv_id] = max(top.get(m.conv_id, 0), m.seq)
+                await self.cache.raise_max_seq(top)
+            except StoreUnavailable as e:
+                self._redis_failed("after_commit", e)
+        return results
+
+    async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
+        """The idempotency record of a send, from Redis, else MySQL."""
+        try:
+            rec = await self.cache.get_sent(sender_uid, client_msg_id)
+            if rec is not None:
+                return rec
+        except StoreUnavailable as e:
+            self._redis_failed("get_sent", e)
+        return await self.mysql.find_sent(sender_uid, client_msg_id)
+
+    async def read_after(
+        self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        return await self.mysql.read_after(
+            conv_id, after_seq, limit, min_seq=min_seq, max_seq=max_seq
+        )
+
+    async def read_before(
+        self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
+    ) -> tuple[list[StoredMessage], bool]:
+        return await self.mysql.read_before(
+            conv_id, before_seq, limit, min_seq=min_seq, max_seq=max_seq
+        )
+
+    async def recall(
+        self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
+    ) -> RecallResult:
+        result = await self.mysql.recall(conv_id, seq, by, window_ms=window_ms, min_seq=min_seq)
+        if result.message is not None:
+            try:
+                await self.cache.raise_max_seq({conv_id: result.message.seq})
+            except StoreUnavailable as e:
+                self._redis_failed("raise_max_seq", e)
+        return result
+
+    # -- positions -----------------------------------------------------------------------
+
+    async def _max_seq(self, conv_id: int) -> int:
+        try:
+            hint = await self.cache.get_max_seq(conv_id)
+            if hint is not None:
+                return hint
+        except StoreUnavailable as e:
+            self._redis_failed("get_max_seq", e)
+        return await self.mysql.max_seq(conv_id)
+
+    async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
+        target = min(seq, await self._max_seq(conv_id))
+        if target <= 0:
+            return None
+        try:
+            moved = await self.cache.advance_read(conv_id, uid, target)
+        except StoreUnavailable as e:
+            self._redis_failed("advance_read", e)
+            return await self.mysql.set_read(conv_id, uid, target)
+        if moved is not None:
+            self._reads[(conv_id, uid)] = (moved, self.now_ms())
+        return moved
+
+    async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
+        target = min(seq, await self._max_seq(conv_id))
+        if target <= 0:
+            return None
+        try:
+            moved = await self.cache.advance_delivered(conv_id, uid, device, target)
+        except StoreUnavailable as e:
+            self._redis_failed("advance_delivered", e)
+            return await self.mysql.set_delivered(conv_id, uid, device, target)
+        if moved is not None:
+            self._delivered[(conv_id, uid, device)] = (moved, self.now_ms())
+        return moved
+
+    async def flush_positions(self) -> None:
+        """Write the positions accepted in Redis to MySQL (a failed flush keeps them)."""
+        reads, self._reads = self._reads, {}
+        delivered, self._delivered = self._delivered, {}
+        try:
+            if reads:
+                now = self.now_ms()
+                await self.mysql.flush_reads([(c, u, s, now) for (c, u), (s, _) in reads.items()])
+            for (c, u, d), (s, _) in delivered.items():
+                await self.mysql.set_delivered(c, u, d, s)
+        except StoreUnavailable:
+            for k, v in reads.items():
+                self._reads.setdefault(k, v)
+            for dk, dv in delivered.items():
+                self._delivered.setdefault(dk, dv)
+            raise
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            try:
+                await self.flush_positions()
+            except StoreUnavailable as e:
+                log.warning("read position flush failed; will retry", error=str(e))
+
+    async def sync(
+        self,
+        uid: int,
+        device: str,
+        *,
+        changed_since_ms: int,
+        after: tuple[int, int] | None,
+        limit: int,
+    ) -> SyncPage:
+        # This node's positions go to MySQL first, so the rows (and their unread
+        # counts) include them; other nodes' unflushed ones are at most FLUSH_EVERY_S old
+        # and, flushed with a newer updated_ms, are listed by the next SYNC.
+        try:
+            await self.flush_positions()
+        except StoreUnavailable as e:
+            log.warning("read positions not flushed before SYNC", error=str(e))
+        return await self.mysql.sync(
+            uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
+        )
+
+    async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
+        return await self.mysql.shared_with(uid, others)

@@ -1,0 +1,83 @@
+"""Opening a Redis client from a `--cache redis://…` URL.
+
+    redis://[user:password@]host:port/db?prefix=imgw:&timeout=1.0
+    rediss://…   (TLS)      unix:///path/to/redis.sock?db=0&prefix=…
+
+- `prefix` is prepended to every key the adapters write, so tests and tenants can share
+  one server. It may not contain `{` or `}` (that would move the keys' hash tags).
+- `timeout` (seconds, default 1.0) bounds connecting and every reply, so a dead or hung
+  Redis fails fast as `StoreUnavailable` instead of stalling logins and sends.
+- `max_connections` (default 64) caps the pool; a caller finding every connection busy
+  waits for one up to `timeout` (a login storm queues instead of failing).
+- Other query options are redis-py's own (`health_check_interval`, `db`…).
+
+The client answers bytes (`decode_responses=False`: cached values are msgpack), never
+retries on a timeout (the command may have run), retries once at once on a broken
+connection (a pooled socket that died with a Redis restart), pings a connection idle for
+30 s before using it, and parses replies with hiredis when it is installed (redis-py
+picks its parser automatically).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+DEFAULT_TIMEOUT_S: Final = 1.0
+DEFAULT_MAX_CONNECTIONS: Final = 64
+HEALTH_CHECK_INTERVAL_S: Final = 30
+SCHEMES: Final = ("redis", "rediss", "unix")
+
+
+def redis_from_url(url: str, **pool_options: Any) -> tuple[aioredis.Redis, str]:
+    """The client for `url` and the key prefix it names (`""` when none). The client owns
+    its pool: `await client.aclose()` closes it. `pool_options` override the pool and
+    connection settings (tests pass a `connection_class`)."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ValueError(f"bad Redis URL {url!r}: use redis://host:port/db?prefix=…")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    prefix = ""
+    timeout = DEFAULT_TIMEOUT_S
+    rest: list[tuple[str, str]] = []
+    for name, value in query:
+        if name == "prefix":
+            prefix = value
+        elif name == "timeout":
+            try:
+                timeout = float(value)
+            except ValueError:
+                raise ValueError(f"bad timeout {value!r} in Redis URL {url!r}") from None
+            if not timeout > 0:
+                raise ValueError(f"timeout must be > 0 in Redis URL {url!r}")
+        else:
+            rest.append((name, value))
+    check_prefix(prefix)
+    options: dict[str, Any] = {
+        "max_connections": DEFAULT_MAX_CONNECTIONS,
+        "timeout": timeout,  # the wait for a free pooled connection
+        "decode_responses": False,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "health_check_interval": HEALTH_CHECK_INTERVAL_S,
+        "retry_on_timeout": False,
+        "retry": Retry(NoBackoff(), 1, (RedisConnectionError,)),
+        "client_name": "imgw",
+        **pool_options,
+    }
+    pool = aioredis.BlockingConnectionPool.from_url(
+        urlunsplit(parts._replace(query=urlencode(rest))), **options
+    )
+    return aioredis.Redis.from_pool(pool), prefix
+
+
+def check_prefix(prefix: str) -> str:
+    """A prefix goes before each key's `{hash tag}`: braces in it would move the tag."""
+    if "{" in prefix or "}" in prefix:
+        raise ValueError(f"Redis key prefix {prefix!r} may not contain braces")
+    return prefix

@@ -1,0 +1,267 @@
+r"""RouteStore on Redis: where each online (uid, device) is connected, shared by all nodes.
+
+Keys (`<p>` is the configured prefix; `{uid}` is a hash tag, so all keys of one uid live
+in one Redis Cluster slot and each script touches a single slot):
+
+| key | type | value | TTL |
+|---|---|---|---|
+| `<p>route:{<uid>}:<device>` | string | `<node>\|<conn_id>\|<epoch>` | `ttl_s` (90 s) |
+| `<p>online:{<uid>}` | hash | `<device>` → `<node>\|<conn_id>\|<epoch>\|<expires_ms>` | `ttl_s` |
+
+Both TTLs are pushed back to `ttl_s` by every register and renewal.
+
+The route key is the authority for one device; `online:{uid}` is the per-uid index that
+lets fan-out find every device of many uids in one round trip (one pipelined HGETALL per
+uid). A field carries its own expiry (wall-clock ms of the writing node) because Redis
+cannot expire hash fields one by one in Redis 7: readers drop fields past it, and every
+register and renewal prunes them. Values are a few dozen bytes.
+
+Every write is a Lua script (registered once per store), so each operation on a route is
+atomic:
+
+- `register` sets the route key and the index field and returns the previous live route.
+- `renew` is a compare-and-set: a route whose key holds this connection's value has its
+  TTL pushed back; a key holding any other value (a newer login) is left alone.
+- `remove` deletes the key and the index field only while they hold this connection's
+  value.
+
+Renewal after loss: when the key is *absent* — it expired while the node could not reach
+Redis, or Redis lost its data (restart without persistence, failover to an empty
+replica) — the renewal re-creates it (SET NX semantics: the absence is checked and the key
+set inside one script). Live connections thus reappear in routes at their next renewal
+and fan-out finds them again, with no re-login. A key holding a *different* value is
+never overwritten, and neither is an absent key whose index field still names another
+route with a newer epoch that has not expired: a stale connection never displaces a
+newer login. (After a newer login logged out, a stale connection that has not yet been
+kicked may re-create its own route; it is still connected, so pushes to it are not lost.)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+
+from storage.models import Route
+from storage.redis.connect import check_prefix
+from storage.redis.errors import unavailable
+from storage.redis.scripts import LUA_GT, ScriptCall, run_pipelined
+
+ROUTE_TTL_S: Final = 90
+
+# Index helpers shared by register and renew. KEYS[2] is the uid's online hash.
+_LUA_INDEX = """
+local function index_put(device, entry, ttl_ms, now_ms)
+  redis.call('HSET', KEYS[2], device, entry)
+  local all = redis.call('HGETALL', KEYS[2])
+  for i = 1, #all, 2 do
+    local exp = tonumber(string.match(all[i + 1], '|(%d+)$'))
+    if exp == nil or exp < now_ms then redis.call('HDEL', KEYS[2], all[i]) end
+  end
+  redis.call('PEXPIRE', KEYS[2], ttl_ms)
+end
+"""
+
+# KEYS: route, online. ARGV: value, device, entry, ttl_ms, now_ms.
+# Returns the previous value, or nil if none (or if it was this very route: a retry).
+_REGISTER = (
+    _LUA_INDEX
+    + """
+local prev = redis.call('GET', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+index_put(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
+if prev == ARGV[1] then return false end
+return prev
+"""
+)
+
+# KEYS: route, online. ARGV: value, device, entry, ttl_ms, now_ms, epoch.
+# Returns 1 renewed, 2 re-created (the key was absent), 0 refused (another route owns it).
+_RENEW = (
+    LUA_GT
+    + _LUA_INDEX
+    + """
+local now_ms = tonumber(ARGV[5])
+local cur = redis.call('GET', KEYS[1])
+local status = 1
+if cur == false then
+  local held = redis.call('HGET', KEYS[2], ARGV[2])
+  if held and string.sub(held, 1, #ARGV[1] + 1) ~= ARGV[1] .. '|' then
+    local epoch, exp = string.match(held, '|(%d+)|(%d+)$')
+    if epoch and tonumber(exp) >= now_ms and gt(epoch, ARGV[6]) then return 0 end
+  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
+  status = 2
+elseif cur ~= ARGV[1] then
+  return 0
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+index_put(ARGV[2], ARGV[3], ARGV[4], now_ms)
+return status
+"""
+)
+
+# KEYS: route, online. ARGV: value, device. Returns 1 if anything of this route was deleted.
+_REMOVE = """
+local removed = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  removed = 1
+end
+local held = redis.call('HGET', KEYS[2], ARGV[2])
+if held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '|' then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+  removed = 1
+end
+return removed
+"""
+
+_RENEWED, _RECREATED = 1, 2
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def route_value(route: Route) -> str:
+    return f"{route.node}|{route.conn_id}|{route.epoch}"
+
+
+def parse_route(uid: int, device: str, raw: bytes | str) -> Route:
+    """`<node>|<conn_id>|<epoch>` (split from the right: the node id may hold a `|`)."""
+    node, conn_id, epoch = _text(raw).rsplit("|", 2)
+    return Route(uid, device, node, int(conn_id), int(epoch))
+
+
+def parse_entry(uid: int, device: str, raw: bytes | str) -> tuple[Route, int]:
+    """An index field: the route and its expiry in wall-clock ms."""
+    value, _, expires_ms = _text(raw).rpartition("|")
+    return parse_route(uid, device, value), int(expires_ms)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class RedisRouteStore:
+    """`storage.ports.RouteStore` on Redis (see the module docstring for the keys).
+
+    Errors reaching Redis raise `StoreUnavailable`. `close()` closes `client`'s pool."""
+
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "", ttl_s: int = ROUTE_TTL_S):
+        if ttl_s <= 0:
+            raise ValueError("ttl_s must be positive")
+        self._client = client
+        self._prefix = check_prefix(prefix)
+        self._ttl_ms = ttl_s * 1000
+        self._register = client.register_script(_REGISTER)
+        self._renew = client.register_script(_RENEW)
+        self._remove = client.register_script(_REMOVE)
+        self._renewed = 0
+        self._recreated = 0
+        self._refused = 0
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def route_key(self, uid: int, device: str) -> str:
+        return f"{self._prefix}route:{{{uid}}}:{device}"
+
+    def online_key(self, uid: int) -> str:
+        return f"{self._prefix}online:{{{uid}}}"
+
+    def _keys(self, route: Route) -> list[str]:
+        return [self.route_key(route.uid, route.device), self.online_key(route.uid)]
+
+    # -- RouteStore -----------------------------------------------------------------------
+
+    async def register(self, route: Route) -> Route | None:
+        """Install `route`, replacing and returning the previous live route of the device."""
+        now = _now_ms()
+        value = route_value(route)
+        args: list[str | int] = [
+            value,
+            route.device,
+            f"{value}|{now + self._ttl_ms}",
+            self._ttl_ms,
+            now,
+        ]
+        with unavailable("route register"):
+            prev = await self._register(keys=self._keys(route), args=args)
+        return None if prev is None else parse_route(route.uid, route.device, prev)
+
+    async def renew(self, routes: Sequence[Route]) -> None:
+        """Push back the TTL of each route still owned by its connection, or re-create it
+        if its key is absent (see "Renewal after loss" above): one pipeline, one script
+        call per route."""
+        if not routes:
+            return
+        now = _now_ms()
+        expires = now + self._ttl_ms
+        calls: list[ScriptCall] = []
+        for route in dict.fromkeys(routes):  # a connection may be queued twice in a tick
+            value = route_value(route)
+            entry = f"{value}|{expires}"
+            args: list[str | int] = [value, route.device, entry, self._ttl_ms, now, route.epoch]
+            calls.append((self._renew, self._keys(route), args))
+        with unavailable("route renew"):
+            results = await run_pipelined(self._client, calls)
+        for status in results:
+            if status == _RENEWED:
+                self._renewed += 1
+            elif status == _RECREATED:
+                self._recreated += 1
+            else:
+                self._refused += 1
+
+    async def remove(self, route: Route) -> bool:
+        """Delete the route if it is still this connection's."""
+        with unavailable("route remove"):
+            removed = await self._remove(
+                keys=self._keys(route), args=[route_value(route), route.device]
+            )
+        return bool(removed)
+
+    async def get(self, uid: int, device: str) -> Route | None:
+        with unavailable("route get"):
+            raw = await self._client.get(self.route_key(uid, device))
+        return None if raw is None else parse_route(uid, device, raw)
+
+    async def ttl(self, uid: int, device: str) -> float | None:
+        """Seconds until the route expires, None if there is none."""
+        with unavailable("route ttl"):
+            ms = await self._client.pttl(self.route_key(uid, device))
+        return None if ms is None or ms < 0 else ms / 1000
+
+    async def online(self, uids: Sequence[int]) -> dict[int, list[Route]]:
+        """Online routes of each uid (uids with none are omitted): one pipelined HGETALL
+        per uid, one round trip; index fields past their expiry are ignored."""
+        wanted = list(dict.fromkeys(uids))
+        if not wanted:
+            return {}
+        with unavailable("route online"):
+            async with self._client.pipeline(transaction=False) as pipe:
+                for uid in wanted:
+                    pipe.hgetall(self.online_key(uid))
+                replies: list[Any] = await pipe.execute()
+        now = _now_ms()
+        out: dict[int, list[Route]] = {}
+        for uid, fields in zip(wanted, replies, strict=True):
+            live: list[Route] = []
+            for device, entry in fields.items():
+                route, expires_ms = parse_entry(uid, _text(device), entry)
+                if expires_ms >= now:
+                    live.append(route)
+            if live:
+                out[uid] = live
+        return out
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+    def statistics(self) -> dict[str, int]:
+        """Renewal outcomes since start: renewed, re-created after loss, refused (the
+        device belongs to another connection now)."""
+        return {"renewed": self._renewed, "recreated": self._recreated, "refused": self._refused}

@@ -1,0 +1,111 @@
+"""Opening clients from URLs, and what callers see when Redis is down or hung."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from storage.models import Route, StoreUnavailable
+from storage.redis import MemberSnapshot, RedisCache, RedisRouteStore, redis_from_url
+
+ROUTE = Route(1, "phone", "n1", 1, 1)
+
+
+async def test_url_options() -> None:
+    client, prefix = redis_from_url("redis://10.1.2.3:6380/4?prefix=t1:&timeout=0.25")
+    try:
+        kw = client.connection_pool.connection_kwargs
+        assert prefix == "t1:"
+        assert (kw["host"], kw["port"], kw["db"]) == ("10.1.2.3", 6380, 4)
+        assert kw["socket_timeout"] == kw["socket_connect_timeout"] == 0.25
+        assert kw["retry_on_timeout"] is False and kw["decode_responses"] is False
+        assert client.connection_pool.max_connections == 64
+    finally:
+        await client.aclose()
+    client, prefix = redis_from_url("redis://localhost?max_connections=8")
+    try:
+        assert prefix == ""
+        assert client.connection_pool.connection_kwargs["socket_timeout"] == 1.0
+        assert client.connection_pool.max_connections == 8
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:6379",
+        "redis://localhost?prefix={t}:",
+        "redis://localhost?timeout=0",
+        "redis://localhost?timeout=soon",
+    ],
+)
+def test_bad_urls(url: str) -> None:
+    with pytest.raises(ValueError):
+        redis_from_url(url)
+
+
+def test_prefix_with_braces_is_refused() -> None:
+    client, _ = redis_from_url("redis://localhost")
+    with pytest.raises(ValueError):
+        RedisRouteStore(client, prefix="a{b}")
+    with pytest.raises(ValueError):
+        RedisCache(client, prefix="a}")
+
+
+Call = Callable[[RedisRouteStore, RedisCache], Awaitable[Any]]
+
+CALLS: list[Call] = [
+    lambda r, c: r.register(ROUTE),
+    lambda r, c: r.renew([ROUTE]),
+    lambda r, c: r.remove(ROUTE),
+    lambda r, c: r.get(1, "phone"),
+    lambda r, c: r.online([1, 2]),
+    lambda r, c: c.get_sent(1, "x"),
+    lambda r, c: c.put_members(MemberSnapshot(1, 1, {1: (1, None)}, [1])),
+    lambda r, c: c.raise_max_seq({1: 2}),
+    lambda r, c: c.advance_read(1, 1, 2),
+    lambda r, c: c.get_delivered(1, "phone", [1]),
+]
+
+
+@pytest.fixture
+async def hung_port() -> AsyncIterator[int]:
+    """A server that accepts connections and never answers."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    for w in held:
+        w.close()
+    server.close()
+    await server.wait_closed()
+
+
+@pytest.mark.parametrize("call", range(len(CALLS)))
+async def test_refused_connection_fails_fast(call: int) -> None:
+    client, prefix = redis_from_url("redis://127.0.0.1:1/0?timeout=1.0")
+    routes, cache = RedisRouteStore(client, prefix=prefix), RedisCache(client, prefix=prefix)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match=r"redis: .* failed"):
+        await CALLS[call](routes, cache)
+    assert time.monotonic() - started < 2.0
+    assert await cache.ping() is False
+    await routes.close()
+
+
+async def test_hung_redis_times_out(hung_port: int) -> None:
+    client, prefix = redis_from_url(f"redis://127.0.0.1:{hung_port}/0?timeout=0.3")
+    routes = RedisRouteStore(client, prefix=prefix)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailable, match="Timeout"):
+        await routes.online([1])
+    assert time.monotonic() - started < 2.0
+    await routes.close()
