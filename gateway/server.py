@@ -24,7 +24,8 @@ from gateway.connection import State
 from gateway.logs import configure
 from gateway.node import Node
 from protocol.ops import KickReason
-from storage.factory import Backends, open_backends
+from storage.factory import BackendError, Backends, open_backends
+from storage.models import StoreUnavailable
 
 BACKLOG: Final = 4096
 FLUSH_WAIT_S: Final = 2.0
@@ -147,7 +148,13 @@ def run(config: Config) -> int:
 
     async def main() -> int:
         server = Server(config)
-        await server.start()
+        try:
+            await server.start()
+        except (StoreUnavailable, BackendError, OSError) as e:
+            structlog.get_logger("imgw").error("cannot start", error=str(e))
+            if server.backends is not None:
+                await server.backends.store.close()
+            return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, lambda: loop.create_task(server.shutdown()))

@@ -181,8 +181,13 @@ class MySQLStore:
                 timeout=s.timeout_s * 2,
             )  # fmt: skip
         except (pymysql.err.Error, OSError, TimeoutError) as e:
+            hint = (
+                "create it with `imgw db migrate --store mysql://...`"
+                if "1049" in str(e)
+                else "is the server up and the URL right?"
+            )
             raise StoreUnavailable(
-                f"cannot open MySQL {s.user}@{s.host}:{s.port}/{s.database}: {e}"
+                f"cannot open MySQL {s.user}@{s.host}:{s.port}/{s.database}: {e}; {hint}"
             ) from e
 
         async def inspect(cur: Cursor) -> None:
@@ -263,13 +268,22 @@ class MySQLStore:
                     await asyncio.sleep(0.002 * (attempt + 1))
                     continue
                 if isinstance(e, pymysql.err.OperationalError | pymysql.err.InterfaceError):
+                    await self._forget_idle_connections()
                     raise StoreUnavailable(f"MySQL: {e}") from e
                 if errno in _RETRY_ERRNOS:
                     raise StoreUnavailable(f"MySQL kept conflicting: {e}") from e
                 raise
             except (TimeoutError, OSError, ConnectionError) as e:
+                await self._forget_idle_connections()
                 raise StoreUnavailable(f"MySQL: {e!r}") from e
         raise AssertionError("unreachable")
+
+    async def _forget_idle_connections(self) -> None:
+        """After a connection failure the pooled idle connections are likely dead too
+        (server restarted, network cut): close them so the next operations reconnect
+        instead of failing one by one."""
+        if self._pool is not None:
+            await self._pool.clear()
 
     async def _alloc(self, cur: Cursor, counts: dict[int, int], now: int) -> dict[int, int]:
         """Allocate `counts[conv]` seqs per conversation under the seq row lock (held to
