@@ -1,0 +1,230 @@
+"""A lean client connection for load generation, over the sans-I/O codec.
+
+`LoadConnection` is one asyncio `Protocol` per socket: it logs in, opens p2p
+conversations, writes SEND frames without waiting for anything, matches each SEND_ACK
+(or ERROR) to its send by rid, and hands every PUSH to a `LoadSink`. It owns no task and
+no timer; the generator that drives it decides when to send (one pacing timer for all
+connections of a process), so thousands of connections cost one dict each.
+
+Times are `time.monotonic_ns()` values, which all processes of one host share. The
+intended send time of each message travels in the first 8 bytes of its content, so the
+receiver measures the PUSH latency without any shared state with the sender.
+
+This is deliberately not `gateway.client`: no reconnects, no sync, no inbox — just
+enough protocol to measure the send path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from typing import Final, Protocol
+
+from protocol.codec import encode
+from protocol.decoder import FrameDecoder, Side
+from protocol.errors import FrameError
+from protocol.frames import (
+    ConvOk,
+    Error,
+    Kick,
+    Login,
+    LoginOk,
+    OpenP2P,
+    Ping,
+    Push,
+    Send,
+    SendAck,
+)
+from protocol.ops import ErrorCode, KickReason
+
+STAMP: Final = struct.Struct(">Q")
+"""Content prefix: the intended send time (monotonic ns) of the message."""
+
+_PING: Final = encode(Ping())
+_MSG_TEXT: Final = 1
+
+
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.lower()
+    except ValueError:
+        return f"code_{code}"
+
+
+def kick_name(reason: int) -> str:
+    try:
+        return KickReason(reason).name.lower()
+    except ValueError:
+        return f"reason_{reason}"
+
+
+def stamped_content(intended_ns: int, padding: bytes) -> bytes:
+    """Message content: the intended send time, then `padding`."""
+    return STAMP.pack(intended_ns) + padding
+
+
+def stamp_of(content: bytes) -> int | None:
+    """The intended send time carried in `content`, or None if it carries none."""
+    if len(content) < STAMP.size:
+        return None
+    value: int = STAMP.unpack_from(content)[0]
+    return value
+
+
+class RequestFailed(Exception):
+    """A setup request (LOGIN, OPEN_P2P) was answered with ERROR or KICK, or the
+    connection closed first."""
+
+
+class LoadSink(Protocol):
+    """Where a `LoadConnection` reports what happens to its sends."""
+
+    def on_ack(self, intended_ns: int, now_ns: int) -> None: ...
+
+    def on_error(self, intended_ns: int, reason: str) -> None: ...
+
+    def on_push(self, push: Push, now_ns: int) -> None: ...
+
+    def on_kick(self, reason: str) -> None: ...
+
+
+class LoadConnection(asyncio.Protocol):
+    """One logged-in device. `send` is fire-and-forget; results go to the sink."""
+
+    __slots__ = (
+        "_calls",
+        "_decoder",
+        "_next_rid",
+        "closed",
+        "pending",
+        "sink",
+        "transport",
+        "uid",
+    )
+
+    def __init__(self, uid: int, sink: LoadSink) -> None:
+        self.uid = uid
+        self.sink = sink
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.pending: dict[int, int] = {}  # rid -> intended send time (ns) of a SEND
+        self._calls: dict[int, asyncio.Future[object]] = {}  # rid -> setup request
+        self._decoder = FrameDecoder(side=Side.CLIENT)
+        self._next_rid = 0
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _rid(self) -> int:
+        self._next_rid += 1
+        return self._next_rid
+
+    async def _call(self, frame_of_rid: type, *args: object, timeout: float) -> object:
+        if self.closed or self.transport is None:
+            raise RequestFailed(f"uid {self.uid}: connection closed")
+        rid = self._rid()
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._calls[rid] = fut
+        self.transport.write(encode(frame_of_rid(rid, *args)))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._calls.pop(rid, None)
+
+    async def login(self, token: str, device: str, *, timeout: float) -> LoginOk:
+        reply = await self._call(Login, 1, self.uid, device, token, timeout=timeout)
+        assert isinstance(reply, LoginOk)
+        return reply
+
+    async def open_p2p(self, peer_uid: int, *, timeout: float) -> int:
+        reply = await self._call(OpenP2P, peer_uid, timeout=timeout)
+        assert isinstance(reply, ConvOk)
+        return reply.conv_id
+
+    def send(self, conv_id: int, client_msg_id: str, content: bytes, intended_ns: int) -> None:
+        """Write one SEND now; its SEND_ACK or ERROR reaches the sink."""
+        transport = self.transport
+        if self.closed or transport is None:
+            self.sink.on_error(intended_ns, "not_connected")
+            return
+        rid = self._next_rid = self._next_rid + 1
+        self.pending[rid] = intended_ns
+        transport.write(encode(Send(rid, conv_id, client_msg_id, _MSG_TEXT, content)))
+
+    def ping(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(_PING)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()  # one clock read per chunk: the time it reached us
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as e:
+            frames = e.frames
+            if self.transport is not None:
+                self.transport.abort()
+        sink = self.sink
+        for f in frames:
+            kind = type(f)
+            if kind is SendAck:
+                intended = self.pending.pop(f.rid, None)  # type: ignore[union-attr]
+                if intended is not None:
+                    sink.on_ack(intended, now)
+            elif kind is Push:
+                sink.on_push(f, now)  # type: ignore[arg-type]
+            elif kind is Error:
+                self._on_error(f)  # type: ignore[arg-type]
+            elif kind is Kick:
+                reason = kick_name(f.reason)  # type: ignore[union-attr]
+                sink.on_kick(reason)
+                self._fail_calls(f"kicked: {reason}")
+            else:
+                call = self._calls.get(getattr(f, "rid", 0))
+                if call is not None and not call.done():
+                    call.set_result(f)
+
+    def _on_error(self, f: Error) -> None:
+        intended = self.pending.pop(f.rid, None)
+        if intended is not None:
+            self.sink.on_error(intended, error_name(f.code))
+            return
+        call = self._calls.get(f.rid)
+        if call is not None and not call.done():
+            call.set_exception(RequestFailed(f"uid {self.uid}: {error_name(f.code)}: {f.text}"))
+
+    def _fail_calls(self, why: str) -> None:
+        for fut in self._calls.values():
+            if not fut.done():
+                fut.set_exception(RequestFailed(f"uid {self.uid}: {why}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail_calls(f"connection lost ({exc})")
+        pending, self.pending = self.pending, {}
+        for intended in pending.values():
+            self.sink.on_error(intended, "connection_lost")
+
+
+async def connect(
+    host: str, port: int, uid: int, sink: LoadSink, *, token: str, device: str, timeout: float
+) -> LoadConnection:
+    """Open a connection and log in as (`uid`, `device`)."""
+    loop = asyncio.get_running_loop()
+    _, conn = await asyncio.wait_for(
+        loop.create_connection(lambda: LoadConnection(uid, sink), host, port), timeout
+    )
+    try:
+        await conn.login(token, device, timeout=timeout)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
