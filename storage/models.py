@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -68,12 +69,15 @@ class AppendStatus(Enum):
     STORED = "stored"
     DUPLICATE = "duplicate"  # same (sender, client_msg_id) and same payload: original returned
     CONFLICT = "conflict"  # same (sender, client_msg_id), different conv/type/content
+    NOT_MEMBER = "not_member"  # the sender is not a current member (or no such conversation)
 
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     status: AppendStatus
-    message: StoredMessage | None  # None only for CONFLICT
+    message: StoredMessage | None = None  # set for STORED and DUPLICATE
+    # STORED: the conversation's current members at commit, for fan-out.
+    members: Sequence[int] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,9 +65,13 @@ class ChatStore(Protocol):
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         """Commit a batch of client messages in one transaction, seqs in batch order per
-        conversation. A (sender, client_msg_id) already stored returns the original
-        (DUPLICATE) or CONFLICT if conv/type/content differ. Raises StoreUnavailable if the
-        commit fails (then nothing in the batch is stored)."""
+        conversation. In that transaction, in this order: a (sender, client_msg_id)
+        already stored returns the original (DUPLICATE), or CONFLICT if conv/type/content
+        differ; a sender that is not a current member gets NOT_MEMBER (membership is
+        checked against the same commit order as the seqs, so no message lands after the
+        sender's removal); the rest are STORED, each with the conversation's members at
+        commit for fan-out. Raises StoreUnavailable if the commit fails (then nothing in
+        the batch is stored)."""
         ...
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:

@@ -6,7 +6,13 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING, Final
 
-from gateway.handlers.base import RequestError, page_limit, require_member, require_reader
+from gateway.handlers.base import (
+    RequestError,
+    membership_error,
+    page_limit,
+    require_member,
+    require_reader,
+)
 from protocol.frames import (
     History,
     HistoryResult,
@@ -70,18 +76,14 @@ async def send(node: Node, conn: Connection, f: Send) -> None:
             ErrorCode.CONTENT_TOO_LARGE, f"content over {node.config.max_content} bytes"
         )
     uid = conn.uid
-    m = await node.store.get_membership(f.conv_id, uid)
-    if m is None or not m.active:
-        if await _answer_resend(node, conn, f):
-            return
-        await require_member(node, f.conv_id, uid)  # raises the right error
     if not node.limiter.take(uid):
         if await _answer_resend(node, conn, f):
             return
         node.metrics.sends.labels(result="rate_limited").inc()
         raise RequestError(ErrorCode.RATE_LIMITED, "send rate limit; slow down")
-    msg = NewMessage(f.conv_id, uid, f.client_msg_id, f.msg_type, f.content)
-    fut = node.batcher.submit(msg)
+    # Idempotency and membership are checked in the commit itself (see ChatStore.append):
+    # no round trip per message before it, and no window between check and commit.
+    fut = node.batcher.submit(NewMessage(f.conv_id, uid, f.client_msg_id, f.msg_type, f.content))
     fut.add_done_callback(functools.partial(_committed, node, conn, f, node.loop.time()))
 
 
@@ -99,18 +101,32 @@ def _committed(
         conn.error(f.rid, ErrorCode.UNAVAILABLE, "store unavailable; retry with the same id")
         return
     result = fut.result()
-    if result.status is AppendStatus.CONFLICT or result.message is None:
-        node.limiter.refund(conn.uid)
+    status = result.status
+    if status is not AppendStatus.STORED:
+        node.limiter.refund(conn.uid)  # nothing new stored: the send costs no token
+    if status is AppendStatus.NOT_MEMBER:
+        node.metrics.sends.labels(result="not_member").inc()
+        node.spawn(_refuse_non_member(node, conn, f))
+        return
+    if status is AppendStatus.CONFLICT or result.message is None:
         conn.error(f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, _CONFLICT)
         return
     conn.send(_ack(f.rid, result.message))
     node.metrics.ack_seconds.observe(node.loop.time() - started)
-    if result.status is AppendStatus.DUPLICATE:
-        node.limiter.refund(conn.uid)
+    if status is AppendStatus.DUPLICATE:
         node.metrics.sends.labels(result="duplicate").inc()
         return
     node.metrics.sends.labels(result="stored").inc()
-    node.fanout(result.message, exclude=conn)
+    node.fanout(result.message, exclude=conn, uids=result.members)
+
+
+async def _refuse_non_member(node: Node, conn: Connection, f: Send) -> None:
+    """not_member, or no_such_conversation when the conversation does not exist."""
+    try:
+        error = await membership_error(node, f.conv_id)
+    except StoreUnavailable:
+        error = RequestError(ErrorCode.NOT_MEMBER, f"not a member of conversation {f.conv_id}")
+    conn.error(f.rid, error.code, error.text)
 
 
 async def pull(node: Node, conn: Connection, f: Pull) -> None:

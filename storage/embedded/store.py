@@ -379,6 +379,7 @@ class EmbeddedStore:
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         def body(conn: sqlite3.Connection) -> list[AppendResult]:
             now = self._clock()
+            members = self._current_members(conn, {m.conv_id for m in batch})
             results: list[AppendResult] = []
             in_batch: dict[tuple[int, str], StoredMessage] = {}
             for m in batch:
@@ -386,24 +387,41 @@ class EmbeddedStore:
                 prior = in_batch.get(key) or self._find_sent(conn, *key)
                 if prior is not None:
                     same = (prior.conv_id, prior.msg_type, prior.content) == (
-                        m.conv_id,
-                        m.msg_type,
-                        m.content,
-                    )
+                        m.conv_id, m.msg_type, m.content,
+                    )  # fmt: skip
                     results.append(
                         AppendResult(AppendStatus.DUPLICATE, prior)
                         if same
-                        else AppendResult(AppendStatus.CONFLICT, None)
+                        else AppendResult(AppendStatus.CONFLICT)
                     )
+                    continue
+                uids = members.get(m.conv_id, ())
+                if m.sender_uid not in uids:
+                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
                     continue
                 msg = self._insert(
                     conn, m.conv_id, m.sender_uid, m.msg_type, m.content, m.client_msg_id, now
                 )
                 in_batch[key] = msg
-                results.append(AppendResult(AppendStatus.STORED, msg))
+                results.append(AppendResult(AppendStatus.STORED, msg, uids))
             return results
 
         return await self._wtx(body)
+
+    @staticmethod
+    def _current_members(conn: sqlite3.Connection, conv_ids: set[int]) -> dict[int, list[int]]:
+        ids = [c for c in conv_ids if c <= _I64_MAX]
+        out: dict[int, list[int]] = {}
+        if not ids:
+            return out
+        rows = conn.execute(
+            f"SELECT conv_id, uid FROM im_conv_member WHERE conv_id IN ({','.join('?' * len(ids))})"
+            " AND left_seq IS NULL ORDER BY conv_id, joined_seq, pos",
+            ids,
+        ).fetchall()
+        for conv_id, uid in rows:
+            out.setdefault(conv_id, []).append(_u(uid))
+        return out
 
     @staticmethod
     def _find_sent(conn: sqlite3.Connection, sender: int, cmid: str) -> StoredMessage | None:

@@ -175,7 +175,7 @@ class MySQLStore:
             self._pool = await asyncio.wait_for(
                 aiomysql.create_pool(
                     host=s.host, port=s.port, user=s.user, password=s.password, db=s.database,
-                    minsize=1, maxsize=s.pool, autocommit=False, charset="utf8mb4",
+                    minsize=1, maxsize=s.pool, autocommit=True, charset="utf8mb4",
                     connect_timeout=s.timeout_s, pool_recycle=3600,
                 ),
                 timeout=s.timeout_s * 2,
@@ -206,7 +206,7 @@ class MySQLStore:
             self._durability = {k: str(v) for k, v in await cur.fetchall()}
 
         try:
-            await self._run(inspect)
+            await self._run(inspect, tx=False)
         except pymysql.err.ProgrammingError as e:
             raise StoreUnavailable(
                 f"database {s.database} has no imgw schema ({e}): run `imgw db migrate`"
@@ -246,19 +246,25 @@ class MySQLStore:
                 conn.close()  # unknown state (cancelled, broken): never reuse it
             pool.release(conn)
 
-    async def _run(self, body: Callable[[Cursor], Awaitable[T]]) -> T:
-        """Run `body` in one transaction, retrying transient conflicts."""
+    async def _run(self, body: Callable[[Cursor], Awaitable[T]], *, tx: bool = True) -> T:
+        """Run `body` in one transaction (or, `tx=False`, as autocommit reads: one round
+        trip each, no COMMIT), retrying transient conflicts; bounded by the timeout."""
         for attempt in range(_MAX_ATTEMPTS):
             try:
                 async with self._conn() as conn, conn.cursor() as cur:
                     try:
-                        result = await asyncio.wait_for(body(cur), self.settings.timeout_s)
-                        await asyncio.wait_for(conn.commit(), self.settings.timeout_s)
-                        return result
+                        async with asyncio.timeout(self.settings.timeout_s):
+                            if not tx:
+                                return await body(cur)
+                            await conn.begin()
+                            result = await body(cur)
+                            await conn.commit()
+                            return result
                     except BaseException:
-                        if not conn.closed:
+                        if tx and not conn.closed:
                             try:
-                                await asyncio.wait_for(conn.rollback(), 1.0)
+                                async with asyncio.timeout(1.0):
+                                    await conn.rollback()
                             except Exception:
                                 conn.close()
                         raise
@@ -347,7 +353,7 @@ class MySQLStore:
                 return None
             return Conversation(int(row[0]), int(row[1]), row[2], int(row[3]), int(row[4]))
 
-        return await self._run(q)
+        return await self._run(q, tx=False)
 
     async def member_rows(self, conv_id: int) -> tuple[int, list[Membership]]:
         """All member rows (current and former) in join order, with the conversation's
@@ -368,7 +374,7 @@ class MySQLStore:
             )
             return version, rows
 
-        return await self._run(q)
+        return await self._run(q, tx=False)
 
     async def get_membership(self, conv_id: int, uid: int) -> Membership | None:
         async def q(cur: Cursor) -> Membership | None:
@@ -381,7 +387,7 @@ class MySQLStore:
                 return None
             return Membership(conv_id, uid, int(row[0]), None if row[1] is None else int(row[1]))
 
-        return await self._run(q)
+        return await self._run(q, tx=False)
 
     async def member_uids(self, conv_id: int) -> list[int]:
         _, rows = await self.member_rows(conv_id)
@@ -543,62 +549,112 @@ class MySQLStore:
             prior = await self._find_sent_in(
                 cur, list({(m.sender_uid, m.client_msg_id) for m in batch})
             )
-            fresh: list[int] = []  # indexes of messages to store
+            candidates: list[int] = []  # not sent before (first of in-batch duplicates)
             seen: dict[tuple[int, str], int] = {}
             for i, m in enumerate(batch):
                 key = (m.sender_uid, m.client_msg_id)
                 if key not in prior and key not in seen:
                     seen[key] = i
-                    fresh.append(i)
-            counts: dict[int, int] = defaultdict(int)
-            for i in fresh:
-                counts[batch[i].conv_id] += 1
+                    candidates.append(i)
+            convs = sorted({batch[i].conv_id for i in candidates})
+            top, members = await self._lock_for_append(cur, convs)
             stored: dict[int, StoredMessage] = {}
-            if fresh:
-                nxt = await self._alloc(cur, counts, now)
-                for i in fresh:
-                    m = batch[i]
-                    seq = nxt[m.conv_id]
-                    nxt[m.conv_id] = seq + 1
-                    stored[i] = StoredMessage(
-                        m.conv_id, seq, self._ids.next_id(now), m.sender_uid, m.msg_type,
-                        m.content, now, m.client_msg_id,
-                    )  # fmt: skip
-                await self._insert_messages(cur, list(stored.values()))
-                values = ",".join(["(%s,%s,%s,%s,%s)"] * len(stored))
-                params: list[Any] = []
-                for s in stored.values():
-                    params += [s.sender_uid, s.client_msg_id.encode(), s.conv_id, s.seq, now]
-                await cur.execute(
-                    "INSERT INTO im_send_dedup (sender_uid, client_msg_id, conv_id, seq, "
-                    f"created_ms) VALUES {values}",
-                    params,
-                )
+            refused: set[int] = set()
+            for i in candidates:
+                m = batch[i]
+                if m.sender_uid not in members.get(m.conv_id, ()):
+                    refused.add(i)
+                    continue
+                top[m.conv_id] += 1
+                stored[i] = StoredMessage(
+                    m.conv_id, top[m.conv_id], self._ids.next_id(now), m.sender_uid,
+                    m.msg_type, m.content, now, m.client_msg_id,
+                )  # fmt: skip
+            if stored:
+                await self._write_batch(cur, list(stored.values()), top, now)
             results: list[AppendResult] = []
             for i, m in enumerate(batch):
                 if i in stored:
-                    results.append(AppendResult(AppendStatus.STORED, stored[i]))
+                    conv_members = members[m.conv_id]
+                    results.append(AppendResult(AppendStatus.STORED, stored[i], conv_members))
+                    continue
+                if i in refused:
+                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
                     continue
                 key = (m.sender_uid, m.client_msg_id)
                 original = prior.get(key) or stored.get(seen.get(key, -1))
                 if original is None:
-                    results.append(AppendResult(AppendStatus.CONFLICT, None))
+                    # a duplicate of a message refused in this batch: refused too
+                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
                 elif (original.conv_id, original.msg_type, original.content) == (
                     m.conv_id, m.msg_type, m.content,
                 ):  # fmt: skip
                     results.append(AppendResult(AppendStatus.DUPLICATE, original))
                 else:
-                    results.append(AppendResult(AppendStatus.CONFLICT, None))
+                    results.append(AppendResult(AppendStatus.CONFLICT))
             return results
 
         return await self._run(body)
+
+    async def _lock_for_append(
+        self, cur: Cursor, convs: Sequence[int]
+    ) -> tuple[dict[int, int], dict[int, list[int]]]:
+        """Lock the conversations' seq rows (in conv_id order: no deadlocks between
+        batches), then read their current members with a locking read. A membership
+        change takes the same seq row lock to write its system message, so membership is
+        checked in the same order as seqs are committed. Returns the max seqs and the
+        members in join order; unknown conversations are absent from both."""
+        if not convs:
+            return {}, {}
+        marks = ",".join(["%s"] * len(convs))
+        await cur.execute(
+            f"SELECT conv_id, max_seq FROM im_conv_seq WHERE conv_id IN ({marks}) "
+            "ORDER BY conv_id FOR UPDATE",
+            convs,
+        )
+        top = {int(c): int(m) for c, m in await cur.fetchall()}
+        await cur.execute(
+            f"SELECT conv_id, uid FROM im_conv_member WHERE conv_id IN ({marks}) "
+            "AND left_seq IS NULL ORDER BY conv_id, joined_seq, pos LOCK IN SHARE MODE",
+            convs,
+        )
+        members: dict[int, list[int]] = defaultdict(list)
+        for c, u in await cur.fetchall():
+            members[int(c)].append(int(u))
+        return top, members
+
+    async def _write_batch(
+        self, cur: Cursor, msgs: Sequence[StoredMessage], top: dict[int, int], now: int
+    ) -> None:
+        touched = sorted({m.conv_id for m in msgs})
+        values = ",".join(["(%s,%s,%s,%s)"] * len(touched))
+        params: list[Any] = []
+        for c in touched:
+            params += [c, top[c], top[c], now]
+        await cur.execute(
+            "INSERT INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
+            f"VALUES {values} ON DUPLICATE KEY UPDATE max_seq = VALUES(max_seq), "
+            "reserved_seq = VALUES(reserved_seq), "
+            "last_active_ms = GREATEST(last_active_ms, VALUES(last_active_ms))",
+            params,
+        )
+        await self._insert_messages(cur, msgs)
+        values = ",".join(["(%s,%s,%s,%s,%s)"] * len(msgs))
+        params = []
+        for m in msgs:
+            params += [m.sender_uid, m.client_msg_id.encode(), m.conv_id, m.seq, now]
+        await cur.execute(
+            "INSERT INTO im_send_dedup (sender_uid, client_msg_id, conv_id, seq, "
+            f"created_ms) VALUES {values}",
+            params,
+        )
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         async def q(cur: Cursor) -> StoredMessage | None:
             found = await self._find_sent_in(cur, [(sender_uid, client_msg_id)])
             return found.get((sender_uid, client_msg_id))
 
-        msg = await self._run(q)
+        msg = await self._run(q, tx=False)
         return None if msg is None else SentRecord.of(msg)
 
     async def read_after(
@@ -615,7 +671,7 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._run(q)
+        rows = await self._run(q, tx=False)
         return [_msg(r) for r in rows[:limit]], len(rows) > limit
 
     async def read_before(
@@ -633,7 +689,7 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._run(q)
+        rows = await self._run(q, tx=False)
         return [_msg(r) for r in reversed(rows[:limit])], len(rows) > limit
 
     async def recall(
@@ -681,7 +737,7 @@ class MySQLStore:
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
-        return await self._run(q)
+        return await self._run(q, tx=False)
 
     async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
         async def body(cur: Cursor) -> int | None:
@@ -770,7 +826,7 @@ class MySQLStore:
             unread = await self._unread(cur, uid, rows[:limit])
             return rows, unread
 
-        rows, unread = await self._run(q)
+        rows, unread = await self._run(q, tx=False)
         out = [
             SyncRow(
                 int(r[0]),
@@ -821,4 +877,4 @@ class MySQLStore:
             )
             return {int(r[0]) for r in await cur.fetchall()}
 
-        return await self._run(q)
+        return await self._run(q, tx=False)
