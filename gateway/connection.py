@@ -95,8 +95,9 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport = cast(asyncio.Transport, transport)
         node = self.node
-        peer = transport.get_extra_info("peername")
-        self.peer_ip = peer[0] if peer else ""
+        if node.config.max_connections_per_ip:  # only then is the address worth its bytes
+            peer = transport.get_extra_info("peername")
+            self.peer_ip = peer[0] if peer else ""
         if not node.admit(self):
             transport.abort()
             self.state = State.CLOSED
@@ -171,18 +172,17 @@ class Connection(asyncio.Protocol):
 
     async def _drain(self) -> None:
         """Handle queued requests one at a time, in arrival order."""
+        low_water = self.node.config.max_inflight_requests // 2
         try:
-            while self.inbox and self.state < State.CLOSING:
-                frame = self.inbox.popleft()
-                await dispatch(self.node, self, frame)
-                if self.paused and len(self.inbox) < self.node.config.max_inflight_requests // 2:
+            while (inbox := self.inbox) and self.state < State.CLOSING:
+                await dispatch(self.node, self, inbox.popleft())
+                if self.paused and len(inbox) < low_water and self.state < State.CLOSING:
                     self.paused = False
-                    if self.transport is not None and self.state < State.CLOSING:
-                        self.transport.resume_reading()
+                    assert self.transport is not None
+                    self.transport.resume_reading()
         finally:
             self.task = None
-            if self.inbox:
-                self.inbox.clear()
+            self.inbox = None  # an idle connection holds no queue (a deque is ~760 bytes)
 
     # -- outbound -----------------------------------------------------------------------
 

@@ -1,73 +1,113 @@
 """In-process RouteStore for the embedded deployment: the same compare-and-set rules as
-the Redis adapter, with expiry checked on read."""
+the Redis adapter, with expiry checked on read.
+
+Memory matters here (one entry per logged-in device, a million on a big node): a user
+with one device costs one dict slot and one (route, expires) tuple; only users with
+several devices get a dict of their own."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from storage.models import Route
 
 ROUTE_TTL_S = 90.0
+
+_Entry = tuple[Route, float]  # (route, expires at)
 
 
 class MemoryRouteStore:
     def __init__(self, *, ttl_s: float = ROUTE_TTL_S, clock: Callable[[], float] = time.monotonic):
         self._ttl = ttl_s
         self._clock = clock
-        # uid -> device -> (route, expires_at)
-        self._by_uid: dict[int, dict[str, tuple[Route, float]]] = {}
+        # uid -> the entry of its only device, or device -> entry when it has several
+        self._by_uid: dict[int, _Entry | dict[str, _Entry]] = {}
+
+    def _entries(self, uid: int) -> Iterator[_Entry]:
+        slot = self._by_uid.get(uid)
+        if slot is None:
+            return
+        if isinstance(slot, dict):
+            yield from slot.values()
+        else:
+            yield slot
+
+    def _entry(self, uid: int, device: str) -> _Entry | None:
+        slot = self._by_uid.get(uid)
+        if slot is None:
+            return None
+        if isinstance(slot, dict):
+            return slot.get(device)
+        return slot if slot[0].device == device else None
+
+    def _put(self, route: Route, expires: float) -> None:
+        slot = self._by_uid.get(route.uid)
+        entry = (route, expires)
+        if slot is None or (not isinstance(slot, dict) and slot[0].device == route.device):
+            self._by_uid[route.uid] = entry
+        elif isinstance(slot, dict):
+            slot[route.device] = entry
+        else:
+            self._by_uid[route.uid] = {slot[0].device: slot, route.device: entry}
+
+    def _delete(self, uid: int, device: str) -> None:
+        slot = self._by_uid.get(uid)
+        if isinstance(slot, dict):
+            slot.pop(device, None)
+            if len(slot) == 1:
+                self._by_uid[uid] = next(iter(slot.values()))
+            elif not slot:
+                del self._by_uid[uid]
+        elif slot is not None and slot[0].device == device:
+            del self._by_uid[uid]
 
     async def register(self, route: Route) -> Route | None:
-        devices = self._by_uid.setdefault(route.uid, {})
-        prev = devices.get(route.device)
-        devices[route.device] = (route, self._clock() + self._ttl)
-        if prev is None or prev[1] < self._clock():
+        prev = self._entry(route.uid, route.device)
+        now = self._clock()
+        self._put(route, now + self._ttl)
+        if prev is None or prev[1] < now or prev[0] == route:
             return None
         return prev[0]
 
     async def renew(self, routes: Sequence[Route]) -> None:
         expires = self._clock() + self._ttl
         for route in routes:
-            devices = self._by_uid.get(route.uid)
-            cur = devices.get(route.device) if devices else None
-            if devices is not None and cur is not None and cur[0] == route:
-                devices[route.device] = (route, expires)
+            cur = self._entry(route.uid, route.device)
+            if cur is None or cur[1] < self._clock():
+                # Absent or expired: re-create it, as the Redis store does after a loss.
+                self._put(route, expires)
+            elif cur[0] == route:
+                self._put(route, expires)
 
     async def remove(self, route: Route) -> bool:
-        devices = self._by_uid.get(route.uid)
-        cur = devices.get(route.device) if devices else None
-        if devices is None or cur is None or cur[0] != route:
+        cur = self._entry(route.uid, route.device)
+        if cur is None or cur[0] != route:
             return False
-        del devices[route.device]
-        if not devices:
-            del self._by_uid[route.uid]
+        self._delete(route.uid, route.device)
         return True
 
     async def get(self, uid: int, device: str) -> Route | None:
-        devices = self._by_uid.get(uid)
-        cur = devices.get(device) if devices else None
+        cur = self._entry(uid, device)
         if cur is None or cur[1] < self._clock():
             return None
         return cur[0]
+
+    async def ttl(self, uid: int, device: str) -> float | None:
+        cur = self._entry(uid, device)
+        now = self._clock()
+        if cur is None or cur[1] < now:
+            return None
+        return cur[1] - now
 
     async def online(self, uids: Sequence[int]) -> dict[int, list[Route]]:
         now = self._clock()
         out: dict[int, list[Route]] = {}
         for uid in uids:
-            devices = self._by_uid.get(uid)
-            if devices:
-                live = [r for r, exp in devices.values() if exp >= now]
-                if live:
-                    out[uid] = live
+            live = [r for r, exp in self._entries(uid) if exp >= now]
+            if live:
+                out[uid] = live
         return out
-
-    async def ttl(self, uid: int, device: str) -> float | None:
-        devices = self._by_uid.get(uid)
-        cur = devices.get(device) if devices else None
-        if cur is None or cur[1] < self._clock():
-            return None
-        return cur[1] - self._clock()
 
     async def close(self) -> None:
         self._by_uid.clear()
