@@ -18,6 +18,7 @@ import structlog
 from gateway.batcher import SendBatcher
 from gateway.config import Config
 from gateway.connection import Connection, State
+from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
 from gateway.metrics import Metrics
 from gateway.ratelimit import SendRateLimiter
 from gateway.wheel import TimingWheel
@@ -28,10 +29,6 @@ from storage.models import Route, StoredMessage
 from storage.ports import Bus, ChatStore, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
-
-# Bus envelopes: [kind, conn_ids, frame bytes]
-BUS_FRAMES: Final = 1
-BUS_KICK: Final = 2
 
 
 class Node:
@@ -72,6 +69,7 @@ class Node:
         self._renewals: list[Route] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()
+        self.fan = FanOut(self)
         self.accepting = True
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -160,7 +158,7 @@ class Node:
         if old is not None and old is not conn:
             old.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
         if prev is not None and prev.node != self.node_id:
-            await self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [prev.conn_id], b""]))
+            await self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [[[prev.conn_id], b""]]]))
         conn.route = route
         conn.state = State.ACTIVE
         self.sessions[conn.conn_id] = conn
@@ -213,7 +211,10 @@ class Node:
     ) -> None:
         """PUSH a committed message to every online device of every member (or of `uids`)
         except the connection `exclude` that sent it. Best effort, in the background."""
-        self.spawn(self._fanout(msg, exclude, None if uids is None else list(uids)))
+        if uids is not None:
+            self.push(msg, exclude, list(uids))
+        else:
+            self.spawn(self._fanout(msg, exclude, None))
 
     async def _fanout(
         self, msg: StoredMessage, exclude: Connection | None, uids: list[int] | None
@@ -221,57 +222,41 @@ class Node:
         try:
             if uids is None:
                 uids = await self.store.member_uids(msg.conv_id)
-            payload = encode(
-                Push(
-                    msg.conv_id,
-                    msg.seq,
-                    msg.msg_id,
-                    msg.sender_uid,
-                    msg.msg_type,
-                    msg.content,
-                    msg.server_ms,
-                    msg.client_msg_id,
-                )
-            )
-            await self.deliver(uids, payload, skip_conn=exclude)
         except Exception as e:
             self.log.warning("fan-out failed", conv_id=msg.conv_id, seq=msg.seq, error=repr(e))
+            return
+        self.push(msg, exclude, uids)
 
-    async def deliver(
+    def push(self, msg: StoredMessage, exclude: Connection | None, uids: Sequence[int]) -> None:
+        payload = encode(
+            Push(
+                msg.conv_id, msg.seq, msg.msg_id, msg.sender_uid, msg.msg_type, msg.content,
+                msg.server_ms, msg.client_msg_id,
+            )
+        )  # fmt: skip
+        self.fan.deliver(uids, payload, exclude)
+
+    def deliver(
         self, uids: Sequence[int], payload: bytes, *, skip_conn: Connection | None = None
     ) -> None:
-        """Write `payload` to every online device of `uids` except `skip_conn`: local
-        connections directly, remote ones in one bus publish per node."""
-        if not uids:
-            return
-        online = await self.routes.online(uids)
-        remote: dict[str, list[int]] = {}
-        for routes in online.values():
-            for r in routes:
-                if r.node == self.node_id:
-                    conn = self.sessions.get(r.conn_id)
-                    if conn is not None and conn is not skip_conn:
-                        conn.write(payload)
-                        self.metrics.pushes.inc()
-                else:
-                    remote.setdefault(r.node, []).append(r.conn_id)
-        for node, conn_ids in remote.items():
-            await self.bus.publish(node, msgpack.packb([BUS_FRAMES, conn_ids, payload]))
+        """Write `payload` to every online device of `uids` except `skip_conn`, soon:
+        local connections directly, remote ones through the bus (see gateway.fanout)."""
+        self.fan.deliver(uids, payload, skip_conn)
 
     def _on_bus(self, envelope: bytes) -> None:
         try:
-            kind, conn_ids, payload = msgpack.unpackb(envelope)
+            kind, items = msgpack.unpackb(envelope)
+            for conn_ids, payload in items:
+                for conn_id in conn_ids:
+                    conn = self.sessions.get(conn_id)
+                    if conn is None:
+                        continue
+                    if kind == BUS_FRAMES:
+                        conn.write(payload)
+                    elif kind == BUS_KICK:
+                        conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
         except Exception as e:
             self.log.warning("bad bus envelope", error=repr(e))
-            return
-        for conn_id in conn_ids:
-            conn = self.sessions.get(conn_id)
-            if conn is None:
-                continue
-            if kind == BUS_FRAMES:
-                conn.write(payload)
-            elif kind == BUS_KICK:
-                conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
 
     # -- shutdown ------------------------------------------------------------------------
 

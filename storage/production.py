@@ -60,6 +60,7 @@ class ProductionStore:
         self._reads: dict[tuple[int, int], tuple[int, int]] = {}
         self._delivered: dict[tuple[int, int, str], tuple[int, int]] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
         self.redis_errors = 0
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -71,6 +72,8 @@ class ProductionStore:
     async def close(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
+            if self._background:
+                await asyncio.gather(*self._background, return_exceptions=True)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         try:
@@ -148,15 +151,21 @@ class ProductionStore:
         results = await self.mysql.append(batch)
         stored = [r.message for r in results if r.status is AppendStatus.STORED and r.message]
         if stored:
-            try:
-                await self.cache.put_sent([SentRecord.of(m) for m in stored])
-                top: dict[int, int] = {}
-                for m in stored:
-                    top[m.conv_id] = max(top.get(m.conv_id, 0), m.seq)
-                await self.cache.raise_max_seq(top)
-            except StoreUnavailable as e:
-                self._redis_failed("after_commit", e)
+            # Best effort and off the ack path: the acks go out while Redis is updated.
+            task = asyncio.get_running_loop().create_task(self._after_commit(stored))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
         return results
+
+    async def _after_commit(self, stored: Sequence[StoredMessage]) -> None:
+        top: dict[int, int] = {}
+        for m in stored:
+            top[m.conv_id] = max(top.get(m.conv_id, 0), m.seq)
+        try:
+            await self.cache.put_sent([SentRecord.of(m) for m in stored])
+            await self.cache.raise_max_seq(top)
+        except StoreUnavailable as e:
+            self._redis_failed("after_commit", e)
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         """The idempotency record of a send, from Redis, else MySQL."""

@@ -42,9 +42,9 @@ async def read(node: Node, conn: Connection, f: Read) -> None:
     conv = await node.store.get_conversation(f.conv_id)
     members = await node.store.member_uids(f.conv_id)
     if conv is not None and (conv.kind == ConvKind.P2P or len(members) <= NOTIFY_MAX_MEMBERS):
-        await node.deliver(members, payload, skip_conn=conn)
+        node.deliver(members, payload, skip_conn=conn)
     else:
-        await node.deliver([conn.uid], payload, skip_conn=conn)  # the reader's other devices
+        node.deliver([conn.uid], payload, skip_conn=conn)  # the reader's other devices
 
 
 async def typing(node: Node, conn: Connection, f: Typing) -> None:
@@ -53,7 +53,7 @@ async def typing(node: Node, conn: Connection, f: Typing) -> None:
     if len(members) > NOTIFY_MAX_MEMBERS:
         return
     others = [u for u in members if u != conn.uid]
-    await node.deliver(others, encode(TypingNotify(f.conv_id, conn.uid)))
+    node.deliver(others, encode(TypingNotify(f.conv_id, conn.uid)))
 
 
 async def presence(node: Node, conn: Connection, f: Presence) -> None:

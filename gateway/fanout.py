@@ -1,0 +1,92 @@
+"""Fan-out: frames to every online device of a set of users, coalesced.
+
+Deliveries requested in the same event-loop iteration (all the acks of one group commit
+land in one) are resolved together: one route lookup for the union of their users (one
+Redis round trip, not one per message), then each frame written to its local connections
+and, for users on other nodes, one bus publish per node carrying every frame for it.
+Best effort: a failed lookup or publish is logged and counted; receivers catch up with
+SYNC/PULL.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+import msgpack
+
+if TYPE_CHECKING:
+    from gateway.connection import Connection
+    from gateway.node import Node
+
+# Bus envelope: [kind, [[conn_ids, frame bytes], ...]]
+BUS_FRAMES: Final = 1
+BUS_KICK: Final = 2
+
+
+class _Delivery(NamedTuple):
+    uids: Sequence[int]
+    payload: bytes
+    skip: Connection | None
+
+
+class FanOut:
+    __slots__ = ("_node", "_pending", "_scheduled", "batches", "failures")
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._pending: list[_Delivery] = []
+        self._scheduled = False
+        self.batches = 0
+        self.failures = 0
+
+    def deliver(self, uids: Sequence[int], payload: bytes, skip: Connection | None = None) -> None:
+        """Write `payload` to every online device of `uids` except `skip`, soon."""
+        if not uids:
+            return
+        self._pending.append(_Delivery(uids, payload, skip))
+        if not self._scheduled:
+            self._scheduled = True
+            self._node.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        batch, self._pending = self._pending, []
+        if batch:
+            self.batches += 1
+            self._node.spawn(self._deliver(batch))
+
+    async def _deliver(self, batch: list[_Delivery]) -> None:
+        node = self._node
+        wanted = {u for d in batch for u in d.uids}
+        try:
+            online = await node.routes.online(list(wanted))
+        except Exception as e:
+            self.failures += 1
+            node.log.warning("fan-out route lookup failed", users=len(wanted), error=repr(e))
+            return
+        me = node.node_id
+        sessions = node.sessions
+        pushes = 0
+        remote: dict[str, list[list[object]]] = defaultdict(list)
+        for d in batch:
+            far: dict[str, list[int]] = {}
+            for uid in d.uids:
+                for r in online.get(uid, ()):
+                    if r.node == me:
+                        conn = sessions.get(r.conn_id)
+                        if conn is not None and conn is not d.skip:
+                            conn.write(d.payload)
+                            pushes += 1
+                    else:
+                        far.setdefault(r.node, []).append(r.conn_id)
+            for target, conn_ids in far.items():
+                remote[target].append([conn_ids, d.payload])
+        node.metrics.pushes.inc(pushes)
+        for target, items in remote.items():
+            try:
+                await node.bus.publish(target, msgpack.packb([BUS_FRAMES, items]))
+            except Exception as e:
+                self.failures += 1
+                node.log.warning("bus publish failed", node=target, error=repr(e))
