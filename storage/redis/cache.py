@@ -10,7 +10,6 @@ max-merge Lua script (an older value never replaces a newer one), and no value e
 |---|---|---|---|
 | `<p>dedup:{<sender>}:<client_msg_id>` | string | msgpack `SentRecord` fields | 25 h |
 | `<p>members:{<conv_id>}` | hash | `v` version, `n` chunks, `d0`… msgpack | 1 h |
-| `<p>maxseq:{<conv_id>}` | string | decimal seq | 1 h, each raise |
 | `<p>read:{<uid>}` | hash | `<conv_id>` → decimal seq | 7 d, each advance |
 | `<p>delivered:{<uid>}:<device>` | hash | `<conv_id>` → decimal seq | 7 d, each advance |
 
@@ -21,13 +20,13 @@ max-merge Lua script (an older value never replaces a newer one), and no value e
   former members), cut into chunks of at most 8 KB (`d0`, `d1`…; a 1,000-member group
   with small uids is about 10 KB, with full 64-bit uids about 19 KB, so two or three
   chunks), written only by a newer version.
-- `maxseq`, `read` and `delivered` only move up (max-merge); their TTL is pushed back on
+- `read` and `delivered` only move up (max-merge); their TTL is pushed back on
   every call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -37,11 +36,10 @@ import redis.asyncio as aioredis
 from storage.models import SentRecord, StoreUnavailable
 from storage.redis.connect import check_prefix
 from storage.redis.errors import unavailable
-from storage.redis.scripts import LUA_GT, ScriptCall, run_pipelined
+from storage.redis.scripts import LUA_GT
 
 DEDUP_TTL_S: Final = 25 * 3600
 MEMBERS_TTL_S: Final = 3600
-MAX_SEQ_TTL_S: Final = 3600
 CURSOR_TTL_S: Final = 7 * 24 * 3600
 MEMBER_CHUNK_BYTES: Final = 8 * 1024
 
@@ -64,19 +62,6 @@ return 1
 )
 
 # KEYS[1] string. ARGV: seq, ttl_s. Returns 1 if raised.
-_RAISE = (
-    LUA_GT
-    + """
-local cur = redis.call('GET', KEYS[1])
-if cur == false or gt(ARGV[1], cur) then
-  redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-  return 1
-end
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 0
-"""
-)
-
 # KEYS[1] hash. ARGV: field, seq, ttl_s. Returns the new seq, or nil if it did not move.
 _ADVANCE = (
     LUA_GT
@@ -150,7 +135,6 @@ class RedisCache:
         self._client = client
         self._prefix = check_prefix(prefix)
         self._put_members = client.register_script(_PUT_MEMBERS)
-        self._raise = client.register_script(_RAISE)
         self._advance = client.register_script(_ADVANCE)
 
     # -- keys -----------------------------------------------------------------------------
@@ -160,9 +144,6 @@ class RedisCache:
 
     def members_key(self, conv_id: int) -> str:
         return f"{self._prefix}members:{{{conv_id}}}"
-
-    def max_seq_key(self, conv_id: int) -> str:
-        return f"{self._prefix}maxseq:{{{conv_id}}}"
 
     def read_key(self, uid: int) -> str:
         return f"{self._prefix}read:{{{uid}}}"
@@ -225,22 +206,7 @@ class RedisCache:
         with unavailable("members drop"):
             await self._client.delete(self.members_key(conv_id))
 
-    # -- max seq --------------------------------------------------------------------------
-
-    async def get_max_seq(self, conv_id: int) -> int | None:
-        with unavailable("max seq get"):
-            return _int(await self._client.get(self.max_seq_key(conv_id)))
-
-    async def raise_max_seq(self, items: Mapping[int, int]) -> None:
-        """Raise each conversation's hint to at least its seq (one pipeline)."""
-        calls: list[ScriptCall] = [
-            (self._raise, [self.max_seq_key(conv_id)], [_seq(seq), MAX_SEQ_TTL_S])
-            for conv_id, seq in items.items()
-        ]
-        with unavailable("max seq raise"):
-            await run_pipelined(self._client, calls)
-
-    # -- read positions and delivered cursors ---------------------------------------------
+    # -- positions ----------------------------------------------------------------------
 
     async def advance_read(self, conv_id: int, uid: int, seq: int) -> int | None:
         """Move the member's read position up to `seq`; the new position, or None if it

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
@@ -131,36 +130,6 @@ def test_snapshot_order_must_be_the_current_members() -> None:
         encode_members(MemberSnapshot(9, 1, {1: (1, None)}, [1, 1]))
 
 
-async def test_max_seq_only_rises(cache: RedisCache, client: aioredis.Redis) -> None:
-    assert await cache.get_max_seq(9) is None
-    await cache.raise_max_seq({9: 10, 10: 3})
-    await cache.raise_max_seq({9: 7, 10: 4})
-    assert await cache.get_max_seq(9) == 10
-    assert await cache.get_max_seq(10) == 4
-    await client.expire(cache.max_seq_key(9), 5)
-    await cache.raise_max_seq({9: 1})  # not raised, but the hint stays alive
-    assert await cache.get_max_seq(9) == 10
-    assert HOUR - 60 < await client.ttl(cache.max_seq_key(9)) <= HOUR
-    await cache.raise_max_seq({11: U64 - 1})
-    await cache.raise_max_seq({11: U64})
-    await cache.raise_max_seq({11: 2**53})
-    assert await cache.get_max_seq(11) == U64
-    await cache.raise_max_seq({})
-
-
-async def test_raise_max_seq_is_one_round_trip(
-    counting_client: tuple[aioredis.Redis, Callable[[], int]], prefix: str
-) -> None:
-    client, sends = counting_client
-    cache = RedisCache(client, prefix=prefix)
-    items = {conv: conv * 10 for conv in range(1, 201)}
-    await cache.raise_max_seq(items)  # loads the script if Redis lacks it
-    before = sends()
-    await cache.raise_max_seq(items)
-    assert sends() - before == 1
-    assert await cache.get_max_seq(200) == 2_000
-
-
 async def test_read_positions_max_merge(cache: RedisCache, client: aioredis.Redis) -> None:
     assert await cache.get_reads(42, [9, 10]) == {}
     assert await cache.advance_read(9, 42, 5) == 5
@@ -199,7 +168,7 @@ async def test_negative_seqs_are_refused(cache: RedisCache) -> None:
     with pytest.raises(ValueError):
         await cache.advance_read(9, 42, -1)
     with pytest.raises(ValueError):
-        await cache.raise_max_seq({9: -1})
+        await cache.advance_delivered(9, 42, "phone", -1)
 
 
 async def test_ping(cache: RedisCache) -> None:
@@ -213,11 +182,10 @@ async def test_every_key_has_a_ttl_and_a_small_value(
     await routes.register(Route(42, "phone", "n1", 1, 1))
     await cache.put_sent([sent()])
     await cache.put_members(snapshot(1, list(range(1, 1_001))))
-    await cache.raise_max_seq({9: 3})
     await cache.advance_read(9, 42, 3)
     await cache.advance_delivered(9, 42, "phone", 3)
     keys = [k async for k in client.scan_iter(match=prefix + "*")]
-    assert len(keys) == 7
+    assert len(keys) == 6
     for key in keys:
         assert await client.ttl(key) > 0, key
         kind = await client.type(key)

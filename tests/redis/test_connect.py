@@ -67,7 +67,7 @@ CALLS: list[Call] = [
     lambda r, c: r.online([1, 2]),
     lambda r, c: c.get_sent(1, "x"),
     lambda r, c: c.put_members(MemberSnapshot(1, 1, {1: (1, None)}, [1])),
-    lambda r, c: c.raise_max_seq({1: 2}),
+    lambda r, c: c.get_reads(1, [1]),
     lambda r, c: c.advance_read(1, 1, 2),
     lambda r, c: c.get_delivered(1, "phone", [1]),
 ]
