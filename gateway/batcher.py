@@ -1,9 +1,16 @@
 """The send batcher: group commit for SEND.
 
-Messages queue up; a flush starts when `max_batch` are waiting or `max_delay_s` after the
-first one arrived, and while one commit is in flight the next batch gathers (so batches
-grow with load and latency stays one commit). Each message's future resolves only after
-the commit that stored it; a failed commit fails every future in it and acks nothing.
+Messages queue up; a batch starts when `max_batch` are waiting or `max_delay_s` after the
+first one arrived, and while the commit slots are busy the next batch gathers (so batches
+grow with load and latency stays about one commit). Up to `max_inflight` batches commit
+at once, on separate store connections, so one batch's round trips overlap another's.
+
+Order: a conversation is in at most one committing batch, and a message is never taken
+ahead of an earlier queued message of its conversation. So SENDs to one conversation are
+committed (and get their seqs) in the order they were submitted.
+
+Each message's future resolves only after the commit that stored it; a failed commit
+fails every future in it and acks nothing.
 """
 
 from __future__ import annotations
@@ -15,15 +22,19 @@ from collections.abc import Callable
 from storage.models import AppendResult, NewMessage
 from storage.ports import ChatStore
 
+_Item = tuple[NewMessage, "asyncio.Future[AppendResult]"]
+
 
 class SendBatcher:
     __slots__ = (
+        "_busy",
         "_closed",
         "_idle",
         "_inflight",
         "_loop",
         "_max_batch",
         "_max_delay",
+        "_max_inflight",
         "_on_batch",
         "_queue",
         "_store",
@@ -36,16 +47,19 @@ class SendBatcher:
         *,
         max_batch: int,
         max_delay_s: float,
+        max_inflight: int = 2,
         on_batch: Callable[[int, float], None] | None = None,
     ) -> None:
         self._store = store
         self._max_batch = max_batch
         self._max_delay = max_delay_s
+        self._max_inflight = max(1, max_inflight)
         self._on_batch = on_batch  # (batch size, commit seconds), for metrics
         self._loop = asyncio.get_running_loop()
-        self._queue: list[tuple[NewMessage, asyncio.Future[AppendResult]]] = []
+        self._queue: list[_Item] = []
         self._timer: asyncio.TimerHandle | None = None
-        self._inflight: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._busy: set[int] = set()  # conversations in a committing batch
         self._idle = asyncio.Event()
         self._idle.set()
         self._closed = False
@@ -56,7 +70,7 @@ class SendBatcher:
         fut: asyncio.Future[AppendResult] = self._loop.create_future()
         self._queue.append((msg, fut))
         self._idle.clear()
-        if self._inflight is None:
+        if len(self._inflight) < self._max_inflight:
             if len(self._queue) >= self._max_batch:
                 self._flush()
             elif self._timer is None:
@@ -71,13 +85,32 @@ class SendBatcher:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._inflight is not None or not self._queue:
-            return
-        batch = self._queue[: self._max_batch]
-        del self._queue[: self._max_batch]
-        self._inflight = self._loop.create_task(self._commit(batch))
+        while self._queue and len(self._inflight) < self._max_inflight:
+            batch = self._take()
+            if not batch:
+                return  # everything waits for a conversation that is committing
+            convs = {m.conv_id for m, _ in batch}
+            self._busy |= convs
+            task = self._loop.create_task(self._commit(batch, convs))
+            self._inflight.add(task)
 
-    async def _commit(self, batch: list[tuple[NewMessage, asyncio.Future[AppendResult]]]) -> None:
+    def _take(self) -> list[_Item]:
+        """The next batch: queued messages in order, skipping conversations that are
+        committing, and once a conversation is skipped, its later messages too."""
+        batch: list[_Item] = []
+        rest: list[_Item] = []
+        deferred = set(self._busy)
+        for item in self._queue:
+            conv = item[0].conv_id
+            if conv in deferred or len(batch) >= self._max_batch:
+                deferred.add(conv)
+                rest.append(item)
+            else:
+                batch.append(item)
+        self._queue = rest
+        return batch
+
+    async def _commit(self, batch: list[_Item], convs: set[int]) -> None:
         started = time.perf_counter()
         try:
             results = await self._store.append([m for m, _ in batch])
@@ -92,10 +125,13 @@ class SendBatcher:
         finally:
             if self._on_batch is not None:
                 self._on_batch(len(batch), time.perf_counter() - started)
-            self._inflight = None
+            self._busy -= convs
+            task = asyncio.current_task()
+            if task is not None:
+                self._inflight.discard(task)
             if self._queue:
                 self._flush()  # what gathered during this commit goes now
-            else:
+            elif not self._inflight:
                 self._idle.set()
 
     async def drain(self) -> None:

@@ -55,6 +55,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-per-s", type=float, help="sustained sends per uid per second (100)")
     p.add_argument("--batch-max", type=int, help="messages per group commit (512)")
     p.add_argument("--batch-delay-ms", type=float, help="longest wait to fill a batch (2)")
+    p.add_argument("--batch-inflight", type=int, help="group commits running at once (2)")
     p.add_argument("--shutdown-timeout", type=float, help="seconds to finish in-flight sends")
     p.add_argument("--log-format", choices=["console", "json"], help="log format (console)")
     p.add_argument("--log-level", help="debug, info, warning, error (info)")
@@ -74,7 +75,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "admin_port", "hb",
         "idle", "login_timeout", "max_frame", "max_content", "max_connections",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
-        "shutdown_timeout", "log_format", "log_level",
+        "batch_inflight", "shutdown_timeout", "log_format", "log_level",
     ]  # fmt: skip
     overrides = {n: getattr(args, n, None) for n in names}
     overrides["token_keys"] = tuple(args.token_key or ())

@@ -51,6 +51,7 @@ class Config:
     # Send batcher.
     batch_max: int = 512
     batch_delay_ms: float = 2.0
+    batch_inflight: int = 2  # group commits running at once (disjoint conversations)
     # Operations.
     shutdown_timeout: float = 10.0
     drain_rate: float = 1000.0

@@ -59,6 +59,7 @@ class Node:
             store,
             max_batch=config.batch_max,
             max_delay_s=config.batch_delay_ms / 1000,
+            max_inflight=config.batch_inflight,
             on_batch=self.metrics.observe_batch,
         )
         self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection
