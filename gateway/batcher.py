@@ -100,10 +100,13 @@ class SendBatcher:
         batch: list[_Item] = []
         rest: list[_Item] = []
         deferred = set(self._busy)
-        for item in self._queue:
+        queue = self._queue
+        for i, item in enumerate(queue):
+            if len(batch) >= self._max_batch:
+                rest += queue[i:]  # O(batch), not O(queue): the tail keeps its order
+                break
             conv = item[0].conv_id
-            if conv in deferred or len(batch) >= self._max_batch:
-                deferred.add(conv)
+            if conv in deferred:
                 rest.append(item)
             else:
                 batch.append(item)

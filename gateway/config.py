@@ -52,6 +52,7 @@ class Config:
     batch_max: int = 512
     batch_delay_ms: float = 2.0
     batch_inflight: int = 2  # group commits running at once (disjoint conversations)
+    max_pending_sends: int = 20_000  # queued beyond this, SEND is refused as unavailable
     # Operations.
     shutdown_timeout: float = 10.0
     drain_rate: float = 1000.0

@@ -75,6 +75,10 @@ async def send(node: Node, conn: Connection, f: Send) -> None:
         raise RequestError(
             ErrorCode.CONTENT_TOO_LARGE, f"content over {node.config.max_content} bytes"
         )
+    if node.batcher.pending >= node.config.max_pending_sends:
+        # Shed load rather than queue without bound: latency would grow without limit.
+        node.metrics.sends.labels(result="overloaded").inc()
+        raise RequestError(ErrorCode.UNAVAILABLE, "gateway overloaded; retry with the same id")
     uid = conn.uid
     if not node.limiter.take(uid):
         if await _answer_resend(node, conn, f):

@@ -247,3 +247,19 @@ async def test_ids_at_the_top_of_u64(gw: Server) -> None:
     page2 = await bob.request(History(0, conv, top, 0))
     assert isinstance(page2, HistoryResult) and len(page2.msgs) == 1
     assert await alice.error(Recall(0, conv, top)) == ErrorCode.NO_SUCH_MESSAGE
+
+
+async def test_overload_is_refused_not_queued(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(max_pending_sends=2, batch_delay_ms=50)
+    alice = await Wire.login(gw.port, 1)
+    conv = await p2p(alice, 2)
+    for i in range(20):
+        await alice.send(Send(900 + i, conv, f"o{i}", 1, b"x"))
+    replies = [await alice.wait_for(SendAck | Error, rid=900 + i) for i in range(20)]  # type: ignore[arg-type]
+    acked = {r.rid - 900 for r in replies if isinstance(r, SendAck)}
+    refused = {r.rid - 900 for r in replies if isinstance(r, Error)}
+    assert acked and refused
+    assert {r.code for r in replies if isinstance(r, Error)} == {ErrorCode.UNAVAILABLE}
+    pulled = await alice.request(Pull(0, conv, 0, 0))
+    assert isinstance(pulled, PullResult)
+    assert {m.client_msg_id for m in pulled.msgs} == {f"o{i}" for i in acked}
