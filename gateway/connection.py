@@ -14,7 +14,7 @@ import enum
 from collections import deque
 from typing import TYPE_CHECKING, Final, cast
 
-from gateway.handlers import dispatch
+from gateway.handlers import dispatch, dispatch_now
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
 from protocol.errors import FrameError
@@ -156,9 +156,12 @@ class Connection(asyncio.Protocol):
                     ErrorCode.NOT_LOGGED_IN, "LOGIN must come first", getattr(frame, "rid", 0)
                 )
                 return
-        elif self.state == State.ACTIVE and type(frame) is Ping:
-            self.write(_PONG)  # the hot heartbeat path: no queue, no task
-            return
+        elif self.state == State.ACTIVE:
+            if type(frame) is Ping:
+                self.write(_PONG)  # the hot heartbeat path: no queue, no task
+                return
+            if self.task is None and dispatch_now(self.node, self, frame):
+                return  # handled in order: nothing was queued ahead of it
         inbox = self.inbox
         if inbox is None:
             inbox = self.inbox = deque()

@@ -19,6 +19,7 @@ class Metrics:
         self.kicks = Counter("imgw_kicks", "KICK frames sent", ["reason"], registry=r)
         self.sends = Counter("imgw_sends", "SEND outcomes", ["result"], registry=r)
         self.pushes = Counter("imgw_pushes", "PUSH frames written locally", registry=r)
+        self.sends_stored = self.sends.labels(result="stored")  # the hot one, bound once
         self.batch_size = Histogram(
             "imgw_send_batch_size",
             "Messages per group commit",

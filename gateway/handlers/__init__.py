@@ -38,6 +38,14 @@ HANDLERS: Final[dict[type, Handler]] = {
 }
 
 
+def dispatch_now(node: Node, conn: Connection, frame: Any) -> bool:
+    """Handle `frame` at once if it has a synchronous path (the hot SEND); False if it
+    must be queued for `dispatch`."""
+    if type(frame) is fr.Send:
+        return messaging.send_now(node, conn, frame)
+    return False
+
+
 async def dispatch(node: Node, conn: Connection, frame: Any) -> None:
     if type(frame) is fr.Invalid:
         conn.error(frame.rid, frame.code, frame.text)

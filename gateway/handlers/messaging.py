@@ -68,7 +68,7 @@ async def _answer_resend(node: Node, conn: Connection, f: Send) -> bool:
     return True
 
 
-async def send(node: Node, conn: Connection, f: Send) -> None:
+def _check_send(node: Node, f: Send) -> None:
     if not is_client_msg_type(f.msg_type):
         raise RequestError(ErrorCode.BAD_MSG_TYPE, f"msg_type {f.msg_type} is reserved")
     if len(f.content) > node.config.max_content:
@@ -79,16 +79,38 @@ async def send(node: Node, conn: Connection, f: Send) -> None:
         # Shed load rather than queue without bound: latency would grow without limit.
         node.metrics.sends.labels(result="overloaded").inc()
         raise RequestError(ErrorCode.UNAVAILABLE, "gateway overloaded; retry with the same id")
-    uid = conn.uid
-    if not node.limiter.take(uid):
+
+
+def _submit(node: Node, conn: Connection, f: Send) -> None:
+    # Idempotency and membership are checked in the commit itself (see ChatStore.append):
+    # no round trip per message before it, and no window between check and commit.
+    msg = NewMessage(f.conv_id, conn.uid, f.client_msg_id, f.msg_type, f.content)
+    fut = node.batcher.submit(msg)
+    fut.add_done_callback(functools.partial(_committed, node, conn, f, node.loop.time()))
+
+
+def send_now(node: Node, conn: Connection, f: Send) -> bool:
+    """SEND without a task, for a connection with nothing queued: True when handled;
+    False when it must take the queued path (rate limited: a resend lookup may answer)."""
+    try:
+        _check_send(node, f)
+    except RequestError as e:
+        conn.error(f.rid, e.code, e.text)
+        return True
+    if not node.limiter.take(conn.uid):
+        return False
+    _submit(node, conn, f)
+    return True
+
+
+async def send(node: Node, conn: Connection, f: Send) -> None:
+    _check_send(node, f)
+    if not node.limiter.take(conn.uid):
         if await _answer_resend(node, conn, f):
             return
         node.metrics.sends.labels(result="rate_limited").inc()
         raise RequestError(ErrorCode.RATE_LIMITED, "send rate limit; slow down")
-    # Idempotency and membership are checked in the commit itself (see ChatStore.append):
-    # no round trip per message before it, and no window between check and commit.
-    fut = node.batcher.submit(NewMessage(f.conv_id, uid, f.client_msg_id, f.msg_type, f.content))
-    fut.add_done_callback(functools.partial(_committed, node, conn, f, node.loop.time()))
+    _submit(node, conn, f)
 
 
 def _committed(
@@ -120,7 +142,7 @@ def _committed(
     if status is AppendStatus.DUPLICATE:
         node.metrics.sends.labels(result="duplicate").inc()
         return
-    node.metrics.sends.labels(result="stored").inc()
+    node.metrics.sends_stored.inc()
     node.fanout(result.message, exclude=conn, uids=result.members)
 
 
