@@ -82,6 +82,10 @@ class Config:
             raise ConfigError(f"need 0 < hb < idle, got hb={self.hb} idle={self.idle}")
         if self.max_content > self.max_frame - 256:
             raise ConfigError("max_content must leave room in max_frame for the SEND header")
+        if self.max_inflight_requests < 2 or self.batch_max < 1 or self.batch_inflight < 1:
+            raise ConfigError(
+                "need max_inflight_requests >= 2, batch_max >= 1, batch_inflight >= 1"
+            )
         if self.log_format not in ("console", "json"):
             raise ConfigError("log_format must be console or json")
         for name, url in (("store", self.store_url()), ("cache", self.cache), ("bus", self.bus)):

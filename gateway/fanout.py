@@ -76,7 +76,8 @@ class FanOut:
                 for r in online.get(uid, ()):
                     if r.node == me:
                         conn = sessions.get(r.conn_id)
-                        if conn is not None and conn is not d.skip:
+                        # the route must be this connection's own (same login epoch)
+                        if conn is not None and conn is not d.skip and conn.route == r:
                             conn.write(d.payload)
                             pushes += 1
                     else:

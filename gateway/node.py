@@ -66,7 +66,9 @@ class Node:
         self.by_device: dict[tuple[int, str], Connection] = {}
         self.open_count = 0
         self._per_ip: dict[str, int] = {}
-        self._next_conn_id = 0
+        # Connection ids are unique across restarts of a node with the same node id, so a
+        # route left in Redis by the previous process never names a new connection.
+        self._next_conn_id = time.time_ns() // 1000
         self._renewals: list[Route] = []
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()
@@ -157,9 +159,13 @@ class Node:
             return False
         old = self.by_device.get((uid, device))
         if old is not None and old is not conn:
+            if old.route is not None and old.route.epoch > route.epoch:
+                # A later login of this device finished first (its register came after
+                # ours): this one is the older login and loses.
+                conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
+                self.spawn(self._remove_route(route))  # CAS: only if ours won the write
+                return False
             old.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
-        if prev is not None and prev.node != self.node_id:
-            await self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [[[prev.conn_id], b""]]]))
         conn.route = route
         conn.state = State.ACTIVE
         self.sessions[conn.conn_id] = conn
@@ -171,6 +177,9 @@ class Node:
         conn.token_deadline = now + (exp + cfg.token_leeway - time.time())
         first = min(conn.last_rx + cfg.idle, now + cfg.route_renew_s, conn.token_deadline)
         self.wheel.schedule(conn, first)
+        if prev is not None and prev.node != self.node_id:
+            # Activated before this await: a close during it cleans up like any other.
+            await self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [[[prev.conn_id], b""]]]))
         return True
 
     async def end_session(self, conn: Connection) -> None:
@@ -196,6 +205,11 @@ class Node:
             self.limiter.prune()
 
     async def _renew(self, batch: Sequence[Route]) -> None:
+        # Only routes still owned by a live session (not one that logged out since it
+        # was queued: renewing that would bring the route back).
+        batch = [r for r in batch if (c := self.sessions.get(r.conn_id)) and c.route == r]
+        if not batch:
+            return
         try:
             await self.routes.renew(batch)
         except Exception as e:

@@ -15,6 +15,9 @@ def content_digest(content: bytes) -> bytes:
     return hashlib.blake2b(content).digest()[:DIGEST_BYTES]
 
 
+_RECALLED = 5  # protocol.ops.MsgType.RECALL: a client message with it has been recalled
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     conv_id: int
@@ -25,6 +28,13 @@ class StoredMessage:
     content: bytes
     server_ms: int
     client_msg_id: str
+
+    def same_send(self, conv_id: int, msg_type: int, content: bytes) -> bool:
+        """Whether a resend with these fields is this send again. A recalled message lost
+        its type and content, so only its conversation can be compared."""
+        if self.msg_type == _RECALLED and self.client_msg_id:
+            return self.conv_id == conv_id
+        return (self.conv_id, self.msg_type, self.content) == (conv_id, msg_type, content)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +59,8 @@ class SentRecord:
         )  # fmt: skip
 
     def same_send(self, conv_id: int, msg_type: int, content: bytes) -> bool:
+        if self.msg_type == _RECALLED:  # recalled since: see StoredMessage.same_send
+            return self.conv_id == conv_id
         return (self.conv_id, self.msg_type, self.digest) == (
             conv_id, msg_type, content_digest(content),
         )  # fmt: skip

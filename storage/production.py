@@ -111,8 +111,18 @@ class ProductionStore:
             self._redis_failed("put_members", e)
 
     async def _refresh_members(self, conv_id: int) -> None:
-        version, rows = await self.mysql.member_rows(conv_id)
-        await self._put_members(_snapshot(conv_id, version, rows))
+        """After a committed membership change: never raises (the change is done). If the
+        new snapshot cannot be written, drop the cached one; if that fails too, the stale
+        snapshot lives at most MEMBERS_TTL_S."""
+        try:
+            version, rows = await self.mysql.member_rows(conv_id)
+            await self.cache.put_members(_snapshot(conv_id, version, rows))
+        except StoreUnavailable as e:
+            log.warning("member snapshot not refreshed", conv_id=conv_id, error=str(e))
+            try:
+                await self.cache.drop_members(conv_id)
+            except StoreUnavailable as e2:
+                self._redis_failed("drop_members", e2)
 
     async def get_conversation(self, conv_id: int) -> Conversation | None:
         return await self.mysql.get_conversation(conv_id)
@@ -195,8 +205,10 @@ class ProductionStore:
         except StoreUnavailable as e:
             self._redis_failed("advance_read", e)
             return await self.mysql.set_read(conv_id, uid, target)
-        if moved is not None:
-            self._reads[(conv_id, uid)] = (moved, self.now_ms())
+        # Queued whatever Redis says: a READ retried after a crash that lost the queue
+        # still reaches MySQL (the flush only ever moves positions forward).
+        key = (conv_id, uid)
+        self._reads[key] = (max(target, self._reads.get(key, (0, 0))[0]), self.now_ms())
         return moved
 
     async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
@@ -208,8 +220,8 @@ class ProductionStore:
         except StoreUnavailable as e:
             self._redis_failed("advance_delivered", e)
             return await self.mysql.set_delivered(conv_id, uid, device, target)
-        if moved is not None:
-            self._delivered[(conv_id, uid, device)] = (moved, self.now_ms())
+        dkey = (conv_id, uid, device)
+        self._delivered[dkey] = (max(target, self._delivered.get(dkey, (0, 0))[0]), self.now_ms())
         return moved
 
     async def flush_positions(self) -> None:

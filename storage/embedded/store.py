@@ -96,6 +96,7 @@ class EmbeddedStore:
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
         self._seqs: dict[int, int] = {}  # writer thread only
+        self._seq_undo: dict[int, int | None] = {}  # this transaction's seqs before it
         self._members: dict[int, _Members] = {}  # event loop only
         self._member_gen: dict[int, int] = {}
 
@@ -156,13 +157,18 @@ class EmbeddedStore:
         """Run `body` in one write transaction on the writer thread."""
         conn = self._wconn
         assert conn is not None, "store not started"
-        seqs_before = dict(self._seqs)
+        self._seq_undo = {}
         conn.execute("BEGIN IMMEDIATE")
         try:
             result = body(conn)
             conn.execute("COMMIT")
         except BaseException:
-            self._seqs = seqs_before  # seqs handed out in a rolled-back tx are not used
+            # seqs handed out in a rolled-back transaction are given back
+            for conv_id, before in self._seq_undo.items():
+                if before is None:
+                    self._seqs.pop(conv_id, None)
+                else:
+                    self._seqs[conv_id] = before
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
@@ -172,6 +178,8 @@ class EmbeddedStore:
 
     def _next_seq(self, conn: sqlite3.Connection, conv_id: int) -> int:
         cur = self._seqs.get(conv_id)
+        if conv_id not in self._seq_undo:
+            self._seq_undo[conv_id] = cur
         if cur is None:
             row = conn.execute(
                 "SELECT max_seq FROM im_conv_seq WHERE conv_id=?", (conv_id,)
@@ -249,7 +257,7 @@ class EmbeddedStore:
         members = _Members(
             {_u(uid): Membership(conv_id, _u(uid), j, left) for uid, j, left in rows}
         )
-        if self._member_gen.get(conv_id, 0) == gen:  # no write raced with this read
+        if rows and self._member_gen.get(conv_id, 0) == gen:  # no write raced this read
             self._members[conv_id] = members
         return members
 
@@ -386,12 +394,9 @@ class EmbeddedStore:
                 key = (m.sender_uid, m.client_msg_id)
                 prior = in_batch.get(key) or self._find_sent(conn, *key)
                 if prior is not None:
-                    same = (prior.conv_id, prior.msg_type, prior.content) == (
-                        m.conv_id, m.msg_type, m.content,
-                    )  # fmt: skip
                     results.append(
                         AppendResult(AppendStatus.DUPLICATE, prior)
-                        if same
+                        if prior.same_send(m.conv_id, m.msg_type, m.content)
                         else AppendResult(AppendStatus.CONFLICT)
                     )
                     continue

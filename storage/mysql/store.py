@@ -547,8 +547,11 @@ class MySQLStore:
         return found
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        attempt_ms: list[int] = []  # the commit time of the last attempt
+
         async def body(cur: Cursor) -> list[AppendResult]:
             now = self._clock()
+            attempt_ms[:] = [now]
             prior = await self._find_sent_in(
                 cur, list({(m.sender_uid, m.client_msg_id) for m in batch})
             )
@@ -589,15 +592,44 @@ class MySQLStore:
                 if original is None:
                     # a duplicate of a message refused in this batch: refused too
                     results.append(AppendResult(AppendStatus.NOT_MEMBER))
-                elif (original.conv_id, original.msg_type, original.content) == (
-                    m.conv_id, m.msg_type, m.content,
-                ):  # fmt: skip
+                elif original.same_send(m.conv_id, m.msg_type, m.content):
                     results.append(AppendResult(AppendStatus.DUPLICATE, original))
                 else:
                     results.append(AppendResult(AppendStatus.CONFLICT))
             return results
 
-        return await self._run(body)
+        try:
+            return await self._run(body)
+        except StoreUnavailable:
+            landed = await self._landed(batch, attempt_ms[0] if attempt_ms else -1)
+            if landed is None:
+                raise
+            return landed
+
+    async def _landed(
+        self, batch: Sequence[NewMessage], attempt_ms: int
+    ) -> list[AppendResult] | None:
+        """After a failure whose COMMIT may still have landed (its reply timed out or the
+        connection dropped), ask again, so an ERROR never covers a stored message. The
+        results if the commit landed (stored messages answered as DUPLICATE: acked, not
+        pushed — receivers pull them), None if it did not or MySQL cannot tell yet."""
+        keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
+        try:
+            found = await self._run(lambda cur: self._find_sent_in(cur, keys), tx=False)
+        except StoreUnavailable:
+            return None
+        if not any(m.server_ms == attempt_ms for m in found.values()):
+            return None  # nothing carries this attempt's commit time: it did not commit
+        out: list[AppendResult] = []
+        for m in batch:
+            original = found.get((m.sender_uid, m.client_msg_id))
+            if original is None:
+                out.append(AppendResult(AppendStatus.NOT_MEMBER))  # refused in that commit
+            elif original.same_send(m.conv_id, m.msg_type, m.content):
+                out.append(AppendResult(AppendStatus.DUPLICATE, original))
+            else:
+                out.append(AppendResult(AppendStatus.CONFLICT))
+        return out
 
     async def _lock_for_append(
         self, cur: Cursor, convs: Sequence[int]

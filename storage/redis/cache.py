@@ -9,7 +9,7 @@ max-merge Lua script (an older value never replaces a newer one), and no value e
 | key | type | value | TTL |
 |---|---|---|---|
 | `<p>dedup:{<sender>}:<client_msg_id>` | string | msgpack `SentRecord` fields | 25 h |
-| `<p>members:{<conv_id>}` | hash | `v` version, `n` chunks, `d0`… msgpack | 1 h |
+| `<p>members:{<conv_id>}` | hash | `v` version, `n` chunks, `d0`… msgpack | 10 min |
 | `<p>read:{<uid>}` | hash | `<conv_id>` → decimal seq | 7 d, each advance |
 | `<p>delivered:{<uid>}:<device>` | hash | `<conv_id>` → decimal seq | 7 d, each advance |
 
@@ -39,7 +39,7 @@ from storage.redis.errors import unavailable
 from storage.redis.scripts import LUA_GT
 
 DEDUP_TTL_S: Final = 25 * 3600
-MEMBERS_TTL_S: Final = 3600
+MEMBERS_TTL_S: Final = 600  # bounds a stale snapshot if Redis failed mid-refresh
 CURSOR_TTL_S: Final = 7 * 24 * 3600
 MEMBER_CHUNK_BYTES: Final = 8 * 1024
 

@@ -263,3 +263,14 @@ async def test_overload_is_refused_not_queued(start_gateway: StartGateway) -> No
     pulled = await alice.request(Pull(0, conv, 0, 0))
     assert isinstance(pulled, PullResult)
     assert {m.client_msg_id for m in pulled.msgs} == {f"o{i}" for i in acked}
+
+
+async def test_resend_of_a_recalled_message_still_gets_its_ack(gw: Server) -> None:
+    alice = await Wire.login(gw.port, 1)
+    conv = await p2p(alice, 2)
+    first = await send(alice, conv, "to-recall", b"oops")
+    assert isinstance(await alice.request(Recall(0, conv, first.seq)), RecallOk)
+    again = await send(alice, conv, "to-recall", b"oops")
+    assert (again.seq, again.msg_id, again.server_ms) == (first.seq, first.msg_id, first.server_ms)
+    code = await alice.error(Send(0, conv + 1000, "to-recall", 1, b"oops"))
+    assert code == ErrorCode.IDEMPOTENCY_CONFLICT
