@@ -203,6 +203,13 @@ class Node:
         if now - self._last_prune >= RATE_PRUNE_EVERY_S:
             self._last_prune = now
             self.limiter.prune()
+            self.spawn(self._maintain())
+
+    async def _maintain(self) -> None:
+        try:
+            await self.store.maintain()
+        except Exception as e:  # housekeeping retries next minute
+            self.log.warning("store maintenance failed", error=repr(e))
 
     async def _renew(self, batch: Sequence[Route]) -> None:
         # Only routes still owned by a live session (not one that logged out since it

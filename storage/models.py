@@ -164,5 +164,9 @@ class Route:
     epoch: int
 
 
+class GroupFull(Exception):
+    """A membership change would take a group over its member limit; nothing changed."""
+
+
 class StoreUnavailable(Exception):
     """The authoritative store could not complete the operation; nothing was committed."""

@@ -55,9 +55,16 @@ class ChatStore(Protocol):
         ...
 
     async def change_members(
-        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+        self,
+        conv_id: int,
+        by: int,
+        add: Sequence[int],
+        remove: Sequence[int],
+        *,
+        max_members: int = 1000,
     ) -> MembershipChange:
-        """Apply adds and removes atomically, one system message per event in the order
+        """Apply adds and removes atomically (GroupFull, changing nothing, if the group
+        would exceed `max_members`), one system message per event in the order
         added, removed, left (`by` removing itself is "left"). Members already present are
         not re-added; non-members are not removed. When the owner leaves, the earliest
         remaining member becomes owner."""
@@ -124,6 +131,10 @@ class ChatStore(Protocol):
 
     def now_ms(self) -> int:
         """The store's clock, the one that stamps server_ms and activity times."""
+        ...
+
+    async def maintain(self) -> None:
+        """Periodic housekeeping (the node calls it about once a minute)."""
         ...
 
     def durability(self) -> dict[str, str]:

@@ -82,6 +82,9 @@ class ProductionStore:
     def now_ms(self) -> int:
         return self.mysql.now_ms()
 
+    async def maintain(self) -> None:
+        await self.mysql.maintain()
+
     def durability(self) -> dict[str, str]:
         return self.mysql.durability()
 
@@ -145,9 +148,15 @@ class ProductionStore:
         return conv_id, msg
 
     async def change_members(
-        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+        self,
+        conv_id: int,
+        by: int,
+        add: Sequence[int],
+        remove: Sequence[int],
+        *,
+        max_members: int = 1000,
     ) -> MembershipChange:
-        change = await self.mysql.change_members(conv_id, by, add, remove)
+        change = await self.mysql.change_members(conv_id, by, add, remove, max_members=max_members)
         if change.messages:
             await self._refresh_members(conv_id)
         return change
@@ -232,8 +241,11 @@ class ProductionStore:
             if reads:
                 now = self.now_ms()
                 await self.mysql.flush_reads([(c, u, s, now) for (c, u), (s, _) in reads.items()])
-            for (c, u, d), (s, _) in delivered.items():
-                await self.mysql.set_delivered(c, u, d, s)
+            if delivered:
+                now = self.now_ms()
+                await self.mysql.flush_delivered(
+                    [(c, u, d, s, now) for (c, u, d), (s, _) in delivered.items()]
+                )
         except StoreUnavailable:
             for k, v in reads.items():
                 self._reads.setdefault(k, v)

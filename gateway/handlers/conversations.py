@@ -15,7 +15,7 @@ from protocol.frames import (
     OpenP2P,
 )
 from protocol.ops import ConvKind, ErrorCode
-from storage.models import Conversation
+from storage.models import Conversation, GroupFull
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -65,7 +65,12 @@ async def group_members(node: Node, conn: Connection, f: GroupMembers) -> None:
     new = {u for u in f.add if u not in present}
     if len(present) + len(new) > GROUP_MAX_MEMBERS:
         raise RequestError(ErrorCode.BAD_REQUEST, f"groups hold at most {GROUP_MAX_MEMBERS}")
-    change = await node.store.change_members(f.conv_id, conn.uid, f.add, f.remove)
+    try:  # checked again under the group's lock: concurrent adds can't overshoot
+        change = await node.store.change_members(
+            f.conv_id, conn.uid, f.add, f.remove, max_members=GROUP_MAX_MEMBERS
+        )
+    except GroupFull as e:
+        raise RequestError(ErrorCode.BAD_REQUEST, str(e)) from e
     conn.send(Ok(f.rid))
     if change.messages:
         # Everyone who was or is a member hears of it: removed members get their removal.

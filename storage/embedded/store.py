@@ -25,6 +25,7 @@ from storage.models import (
     AppendResult,
     AppendStatus,
     Conversation,
+    GroupFull,
     Membership,
     MembershipChange,
     NewMessage,
@@ -132,6 +133,9 @@ class EmbeddedStore:
 
     def now_ms(self) -> int:
         return self._clock()
+
+    async def maintain(self) -> None:
+        """Nothing to do: the idempotency records are the message rows themselves."""
 
     def durability(self) -> dict[str, str]:
         return {"engine": "sqlite", "journal_mode": "wal", "synchronous": "full"}
@@ -328,7 +332,13 @@ class EmbeddedStore:
         return conv_id, msg
 
     async def change_members(
-        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+        self,
+        conv_id: int,
+        by: int,
+        add: Sequence[int],
+        remove: Sequence[int],
+        *,
+        max_members: int = 1000,
     ) -> MembershipChange:
         def body(conn: sqlite3.Connection) -> MembershipChange:
             now = self._clock()
@@ -340,6 +350,9 @@ class EmbeddedStore:
             active = [_u(r[0]) for r in rows]
             present = set(active)
             adds = [u for u in dict.fromkeys(add) if u not in present]
+            removed = {u for u in remove if u in present}
+            if len(present) - len(removed) + len(adds) > max_members:
+                raise GroupFull(f"groups hold at most {max_members} members")
             removes = [u for u in dict.fromkeys(remove) if u in present and u != by]
             leaves = [by] if by in remove and by in present else []
             out: list[StoredMessage] = []

@@ -35,6 +35,7 @@ from storage.models import (
     AppendResult,
     AppendStatus,
     Conversation,
+    GroupFull,
     Membership,
     MembershipChange,
     NewMessage,
@@ -54,6 +55,7 @@ Cursor = Any  # aiomysql.Cursor (untyped library)
 
 _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
 _MAX_ATTEMPTS: Final = 4
+DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 _MSG_COLS: Final = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
 _UNREAD_TYPES: Final = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
 
@@ -219,6 +221,23 @@ class MySQLStore:
 
     def now_ms(self) -> int:
         return self._clock()
+
+    async def maintain(self) -> None:
+        await self.prune_dedup()
+
+    async def prune_dedup(self, *, keep_ms: int = DEDUP_KEEP_MS, limit: int = 10_000) -> int:
+        """Delete idempotency records older than `keep_ms` (48 h: the protocol promises
+        24), at most `limit` rows a call so no transaction grows large. Returns how many
+        went. The message rows keep UNIQUE(conv_id, sender, client_msg_id) for good."""
+
+        async def body(cur: Cursor) -> int:
+            await cur.execute(
+                "DELETE FROM im_send_dedup WHERE created_ms < %s LIMIT %s",
+                (self._clock() - keep_ms, limit),
+            )
+            return int(cur.rowcount)
+
+        return await self._run(body)
 
     def durability(self) -> dict[str, str]:
         return {"engine": "mysql", **self._durability}
@@ -456,7 +475,13 @@ class MySQLStore:
         return await self._run(body)
 
     async def change_members(
-        self, conv_id: int, by: int, add: Sequence[int], remove: Sequence[int]
+        self,
+        conv_id: int,
+        by: int,
+        add: Sequence[int],
+        remove: Sequence[int],
+        *,
+        max_members: int = 1000,
     ) -> MembershipChange:
         async def body(cur: Cursor) -> MembershipChange:
             now = self._clock()
@@ -473,6 +498,9 @@ class MySQLStore:
             active = [int(r[0]) for r in await cur.fetchall()]
             present = set(active)
             adds = [u for u in dict.fromkeys(add) if u not in present]
+            removed = {u for u in remove if u in present}
+            if len(present) - len(removed) + len(adds) > max_members:
+                raise GroupFull(f"groups hold at most {max_members} members")
             removes = [u for u in dict.fromkeys(remove) if u in present and u != by]
             leaves = [by] if by in remove and by in present else []
             out: list[StoredMessage] = []
@@ -804,6 +832,27 @@ class MySQLStore:
                 f"updated_ms) VALUES {values} ON DUPLICATE KEY UPDATE "
                 "updated_ms = IF(VALUES(read_seq) > read_seq, VALUES(updated_ms), updated_ms), "
                 "read_seq = GREATEST(read_seq, VALUES(read_seq))",
+                params,
+            )
+
+        await self._run(body)
+
+    async def flush_delivered(self, cursors: Sequence[tuple[int, int, str, int, int]]) -> None:
+        """Upsert delivered cursors (conv_id, uid, device, seq, changed_ms) in one
+        statement; a cursor never moves back."""
+        if not cursors:
+            return
+
+        async def body(cur: Cursor) -> None:
+            values = ",".join(["(%s,%s,%s,%s,%s)"] * len(cursors))
+            params: list[Any] = []
+            for conv_id, uid, device, seq, ms in sorted(cursors):
+                params += [uid, device, conv_id, seq, ms]
+            await cur.execute(
+                "INSERT INTO im_delivered (uid, device, conv_id, seq, updated_ms) "
+                f"VALUES {values} ON DUPLICATE KEY UPDATE "
+                "updated_ms = IF(VALUES(seq) > seq, VALUES(updated_ms), updated_ms), "
+                "seq = GREATEST(seq, VALUES(seq))",
                 params,
             )
 
