@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from storage.redis import RedisCache, RedisRouteStore, redis_from_url
+from tests.support.services import drop_redis
 
 REDIS_URL = os.environ.get("IMGW_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 START_REDIS = (
@@ -40,23 +41,13 @@ async def require_redis(client: aioredis.Redis) -> None:
         pytest.fail(f"{why}; these tests need it. Start it: {START_REDIS}")
 
 
-async def delete_prefix(prefix: str) -> None:
-    client, _ = redis_from_url(REDIS_URL)
-    try:
-        batch = [key async for key in client.scan_iter(match=prefix + "*", count=1000)]
-        for i in range(0, len(batch), 1000):
-            await client.delete(*batch[i : i + 1000])
-    finally:
-        await client.aclose()
-
-
 @pytest.fixture
 async def prefix() -> AsyncIterator[str]:
     """A private key prefix; every key under it is deleted at the end of the test."""
     p = f"imgwtest:{secrets.token_hex(6)}:"
     yield p
     with contextlib.suppress(RedisError, OSError):  # if down, the test failed or skipped
-        await delete_prefix(p)
+        await drop_redis(url_with(prefix=p))
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ import redis.asyncio as aioredis
 
 from storage.models import Route
 from storage.redis import RedisRouteStore, redis_from_url
-from tests.redis.conftest import delete_prefix, url_with
+from tests.redis.conftest import url_with
+from tests.support.services import drop_redis
 
 TTL_MS = 90_000
 
@@ -156,7 +157,7 @@ async def test_renew_after_redis_lost_its_data(
     b = route(uid=2, conn=2)
     await routes.register(a)
     await routes.register(b)
-    await delete_prefix(prefix)  # what a restart without persistence does to our keys
+    await drop_redis(url_with(prefix=prefix))  # what a restart without persistence does to our keys
     assert await routes.online([1, 2]) == {}
 
     await routes.renew([a, b])  # live connections reappear at their next renewal
