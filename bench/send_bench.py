@@ -531,6 +531,29 @@ def drop_database(url: str) -> None:
         conn.close()
 
 
+def drop_redis_prefix(url: str) -> None:
+    """Delete the keys under the URL's ?prefix= (all of the bench's run); nothing without
+    a prefix, so a shared Redis is never wiped."""
+    import asyncio
+
+    from storage.redis import redis_from_url
+
+    async def drop() -> int:
+        client, prefix = redis_from_url(url)
+        try:
+            if not prefix:
+                return 0
+            keys = [k async for k in client.scan_iter(match=prefix + "*", count=1000)]
+            for i in range(0, len(keys), 1000):
+                await client.delete(*keys[i : i + 1000])
+            return len(keys)
+        finally:
+            await client.aclose()
+
+    n = asyncio.run(drop())
+    log(f"deleted {n} Redis keys under the bench's prefix")
+
+
 class Gateway:
     """An `imgw serve` subprocess on a fresh backend, stopped with SIGTERM."""
 
@@ -623,6 +646,11 @@ class Gateway:
                 drop_database(self.created_db)
             except Exception as e:
                 log(f"could not drop the bench database: {e}")
+            if self.cache.startswith("redis"):
+                try:
+                    drop_redis_prefix(self.cache)
+                except Exception as e:
+                    log(f"could not delete the bench's Redis keys: {e}")
 
     def log_tail(self, n: int = 30) -> str:
         try:
