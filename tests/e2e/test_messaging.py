@@ -274,3 +274,20 @@ async def test_resend_of_a_recalled_message_still_gets_its_ack(gw: Server) -> No
     assert (again.seq, again.msg_id, again.server_ms) == (first.seq, first.msg_id, first.server_ms)
     code = await alice.error(Send(0, conv + 1000, "to-recall", 1, b"oops"))
     assert code == ErrorCode.IDEMPOTENCY_CONFLICT
+
+
+async def test_stale_route_naming_a_live_connection_gets_no_push(gw: Server) -> None:
+    """A route left behind by an earlier process (same node id, a reused connection id)
+    must not make another user's connection receive the push."""
+    from storage.models import Route
+
+    alice = await Wire.login(gw.port, 1)
+    bystander = await Wire.login(gw.port, 7)
+    node = gw.node
+    assert node is not None
+    victim_conn = node.by_device[(7, "d1")]
+    # Bob (uid 2) is offline, but a stale route claims he is on the bystander's connection.
+    await node.routes.register(Route(2, "old", node.node_id, victim_conn.conn_id, 1))
+    conv = await p2p(alice, 2)
+    await send(alice, conv, "for-bob", b"private")
+    assert [f for f in await bystander.quiet(0.3) if isinstance(f, Push)] == []
