@@ -25,7 +25,7 @@ from gateway.wheel import TimingWheel
 from protocol.codec import encode
 from protocol.frames import Push
 from protocol.ops import KickReason
-from storage.models import Route, StoredMessage
+from storage.models import Route, StoredMessage, StoreUnavailable
 from storage.ports import Bus, ChatStore, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
@@ -153,7 +153,12 @@ class Node:
         """Install the route of a verified login and make `conn` active; the previous
         connection of the same device, here or on another node, is kicked."""
         route = Route(uid, device, self.node_id, conn.conn_id, time.time_ns())
-        prev = await self.routes.register(route)
+        try:
+            prev = await self.routes.register(route)
+        except StoreUnavailable:
+            # The write may have landed before the error: take it back (CAS, best effort).
+            self.spawn(self._remove_route(route))
+            raise
         if conn.state != State.LOGGING_IN:
             await self.routes.remove(route)
             return False
