@@ -21,11 +21,11 @@ import msgpack
 
 from protocol.ops import ConvKind, MsgType, is_client_msg_type
 from storage.embedded.schema import connect, migrate
+from storage.membership import plan_change
 from storage.models import (
     AppendResult,
     AppendStatus,
     Conversation,
-    GroupFull,
     Membership,
     MembershipChange,
     NewMessage,
@@ -347,49 +347,40 @@ class EmbeddedStore:
                 "ORDER BY joined_seq, pos",
                 (conv_id,),
             ).fetchall()
-            active = [_u(r[0]) for r in rows]
-            present = set(active)
-            adds = [u for u in dict.fromkeys(add) if u not in present]
-            removed = {u for u in remove if u in present}
-            if len(present) - len(removed) + len(adds) > max_members:
-                raise GroupFull(f"groups hold at most {max_members} members")
-            removes = [u for u in dict.fromkeys(remove) if u in present and u != by]
-            leaves = [by] if by in remove and by in present else []
+            owner = conn.execute(
+                "SELECT owner_uid FROM im_conversation WHERE conv_id=?", (conv_id,)
+            ).fetchone()[0]
+            plan = plan_change(
+                [_u(r[0]) for r in rows], _u(owner), by, add, remove, max_members=max_members
+            )
             out: list[StoredMessage] = []
-            if adds:
-                msg = self._system(conn, conv_id, {"event": "added", "by": by, "uids": adds}, now)
-                out.append(msg)
-                conn.executemany(
-                    "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, left_seq, "
-                    "left_ms, read_seq, updated_ms) VALUES (?,?,?,?,NULL,NULL,?,?) "
-                    "ON CONFLICT(conv_id, uid) DO UPDATE SET pos=excluded.pos, "
-                    "joined_seq=excluded.joined_seq, left_seq=NULL, left_ms=NULL, "
-                    "read_seq=excluded.read_seq, updated_ms=excluded.updated_ms",
-                    [(conv_id, _s(u), i, msg.seq, msg.seq - 1, now) for i, u in enumerate(adds)],
-                )
-            for event, uids in (("removed", removes), ("left", leaves)):
-                if not uids:
-                    continue
+            for event, uids in plan.events:
                 msg = self._system(conn, conv_id, {"event": event, "by": by, "uids": uids}, now)
                 out.append(msg)
-                conn.executemany(
-                    "UPDATE im_conv_member SET left_seq=?, left_ms=?, updated_ms=? "
-                    "WHERE conv_id=? AND uid=?",
-                    [(msg.seq, now, now, conv_id, _s(u)) for u in uids],
-                )
-            owner = _u(
+                if event == "added":
+                    conn.executemany(
+                        "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, left_seq, "
+                        "left_ms, read_seq, updated_ms) VALUES (?,?,?,?,NULL,NULL,?,?) "
+                        "ON CONFLICT(conv_id, uid) DO UPDATE SET pos=excluded.pos, "
+                        "joined_seq=excluded.joined_seq, left_seq=NULL, left_ms=NULL, "
+                        "read_seq=excluded.read_seq, updated_ms=excluded.updated_ms",
+                        [
+                            (conv_id, _s(u), i, msg.seq, msg.seq - 1, now)
+                            for i, u in enumerate(uids)
+                        ],
+                    )
+                else:
+                    conn.executemany(
+                        "UPDATE im_conv_member SET left_seq=?, left_ms=?, updated_ms=? "
+                        "WHERE conv_id=? AND uid=?",
+                        [(msg.seq, now, now, conv_id, _s(u)) for u in uids],
+                    )
+            if plan.owner_changed:
                 conn.execute(
-                    "SELECT owner_uid FROM im_conversation WHERE conv_id=?", (conv_id,)
-                ).fetchone()[0]
-            )
-            if owner in removes or owner in leaves:
-                gone = set(removes) | set(leaves)
-                remaining = [u for u in active if u not in gone] + adds
-                owner = remaining[0] if remaining else 0
-                conn.execute(
-                    "UPDATE im_conversation SET owner_uid=? WHERE conv_id=?", (_s(owner), conv_id)
+                    "UPDATE im_conversation SET owner_uid=? WHERE conv_id=?",
+                    (_s(plan.owner), conv_id),
                 )
-            return MembershipChange(out, owner)
+            return MembershipChange(out, plan.owner)
 
         change = await self._wtx(body)
         self._invalidate_members(conv_id)

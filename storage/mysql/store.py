@@ -31,11 +31,11 @@ import msgpack
 import pymysql
 
 from protocol.ops import ConvKind, MsgType, is_client_msg_type
+from storage.membership import plan_change
 from storage.models import (
     AppendResult,
     AppendStatus,
     Conversation,
-    GroupFull,
     Membership,
     MembershipChange,
     NewMessage,
@@ -496,51 +496,37 @@ class MySQLStore:
                 (conv_id,),
             )
             active = [int(r[0]) for r in await cur.fetchall()]
-            present = set(active)
-            adds = [u for u in dict.fromkeys(add) if u not in present]
-            removed = {u for u in remove if u in present}
-            if len(present) - len(removed) + len(adds) > max_members:
-                raise GroupFull(f"groups hold at most {max_members} members")
-            removes = [u for u in dict.fromkeys(remove) if u in present and u != by]
-            leaves = [by] if by in remove and by in present else []
+            plan = plan_change(active, owner, by, add, remove, max_members=max_members)
             out: list[StoredMessage] = []
-            if adds:
-                msg = await self._system(
-                    cur, conv_id, {"event": "added", "by": by, "uids": adds}, now
-                )
+            for event, uids in plan.events:
+                change = {"event": event, "by": by, "uids": uids}
+                msg = await self._system(cur, conv_id, change, now)
                 out.append(msg)
-                values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(adds))
-                params: list[int] = []
-                for i, u in enumerate(adds):
-                    params += [conv_id, u, i, msg.seq, msg.seq - 1, now]
+                if event == "added":
+                    values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(uids))
+                    params: list[int] = []
+                    for i, u in enumerate(uids):
+                        params += [conv_id, u, i, msg.seq, msg.seq - 1, now]
+                    await cur.execute(
+                        "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
+                        f"updated_ms) VALUES {values} ON DUPLICATE KEY UPDATE pos=VALUES(pos), "
+                        "joined_seq=VALUES(joined_seq), left_seq=NULL, left_ms=NULL, "
+                        "read_seq=VALUES(read_seq), updated_ms=VALUES(updated_ms)",
+                        params,
+                    )
+                else:
+                    marks = ",".join(["%s"] * len(uids))
+                    await cur.execute(
+                        "UPDATE im_conv_member SET left_seq=%s, left_ms=%s, updated_ms=%s "
+                        f"WHERE conv_id=%s AND uid IN ({marks})",
+                        [msg.seq, now, now, conv_id, *uids],
+                    )
+            if plan.owner_changed:
                 await cur.execute(
-                    "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
-                    f"updated_ms) VALUES {values} ON DUPLICATE KEY UPDATE pos=VALUES(pos), "
-                    "joined_seq=VALUES(joined_seq), left_seq=NULL, left_ms=NULL, "
-                    "read_seq=VALUES(read_seq), updated_ms=VALUES(updated_ms)",
-                    params,
+                    "UPDATE im_conversation SET owner_uid=%s WHERE conv_id=%s",
+                    (plan.owner, conv_id),
                 )
-            for event, uids in (("removed", removes), ("left", leaves)):
-                if not uids:
-                    continue
-                msg = await self._system(
-                    cur, conv_id, {"event": event, "by": by, "uids": uids}, now
-                )
-                out.append(msg)
-                marks = ",".join(["%s"] * len(uids))
-                await cur.execute(
-                    "UPDATE im_conv_member SET left_seq=%s, left_ms=%s, updated_ms=%s "
-                    f"WHERE conv_id=%s AND uid IN ({marks})",
-                    [msg.seq, now, now, conv_id, *uids],
-                )
-            if owner in removes or owner in leaves:
-                gone = set(removes) | set(leaves)
-                remaining = [u for u in active if u not in gone] + adds
-                owner = remaining[0] if remaining else 0
-                await cur.execute(
-                    "UPDATE im_conversation SET owner_uid=%s WHERE conv_id=%s", (owner, conv_id)
-                )
-            return MembershipChange(out, owner)
+            return MembershipChange(out, plan.owner)
 
         return await self._run(body)
 
