@@ -4,12 +4,13 @@ On its own it is a complete store (what runs when Redis is down); the production
 puts the Redis accelerator in front of it.
 
 Seqs are allocated inside the committing transaction, under the row lock of the
-conversation's `im_conv_seq` row (`max_seq = max_seq + n`). The lock is held until
+conversation's `im_conv_seq` row (`SELECT … FOR UPDATE`, then `max_seq` written back
+before the commit). The lock is held until
 commit, so within a conversation seqs follow commit order exactly, and a rolled-back
 transaction gives its seqs back: no seq is issued twice and a reader that has seen seq
 n never later finds a committed seq below n it did not see. (DESIGN.md's Redis-leased
 blocks cannot give that across workers: two workers holding seqs 5 and 6 may commit 6
-first; see the note on issue 3.)
+first; see docs/decisions.md.)
 
 Every transaction retries on deadlock, lock wait timeout and duplicate key (a
 concurrent duplicate send), and maps connection trouble to `StoreUnavailable`.
@@ -310,28 +311,37 @@ class MySQLStore:
         if self._pool is not None:
             await self._pool.clear()
 
-    async def _alloc(self, cur: Cursor, counts: dict[int, int], now: int) -> dict[int, int]:
-        """Allocate `counts[conv]` seqs per conversation under the seq row lock (held to
-        commit); returns the first seq of each block. Rows are locked in conv_id order
-        so concurrent batches cannot deadlock on them."""
-        convs = sorted(counts)
+    async def _lock_seqs(self, cur: Cursor, convs: Sequence[int]) -> dict[int, int]:
+        """Lock the conversations' seq rows until commit (in conv_id order, so concurrent
+        transactions cannot deadlock on them); their max seqs. Unknown ones are absent."""
+        marks = ",".join(["%s"] * len(convs))
+        await cur.execute(
+            f"SELECT conv_id, max_seq FROM im_conv_seq WHERE conv_id IN ({marks}) "
+            "ORDER BY conv_id FOR UPDATE",
+            sorted(convs),
+        )
+        return {int(c): int(m) for c, m in await cur.fetchall()}
+
+    async def _set_seqs(self, cur: Cursor, top: dict[int, int], now: int) -> None:
+        """Write the new max seqs of rows locked by _lock_seqs (creating missing rows)."""
+        convs = sorted(top)
         values = ",".join(["(%s,%s,%s,%s)"] * len(convs))
         params: list[int] = []
         for c in convs:
-            params += [c, counts[c], counts[c], now]
+            params += [c, top[c], top[c], now]
         await cur.execute(
             "INSERT INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
-            f"VALUES {values} ON DUPLICATE KEY UPDATE max_seq = max_seq + VALUES(max_seq), "
-            "reserved_seq = max_seq, last_active_ms = GREATEST(last_active_ms, "
-            "VALUES(last_active_ms))",
+            f"VALUES {values} ON DUPLICATE KEY UPDATE max_seq = VALUES(max_seq), "
+            "reserved_seq = VALUES(reserved_seq), "
+            "last_active_ms = GREATEST(last_active_ms, VALUES(last_active_ms))",
             params,
         )
-        marks = ",".join(["%s"] * len(convs))
-        await cur.execute(
-            f"SELECT conv_id, max_seq FROM im_conv_seq WHERE conv_id IN ({marks}) FOR UPDATE",
-            convs,
-        )
-        return {int(c): int(m) - counts[int(c)] + 1 for c, m in await cur.fetchall()}
+
+    async def _next_seq(self, cur: Cursor, conv_id: int, now: int) -> int:
+        """One seq for a server-written message, under the seq row lock."""
+        seq = (await self._lock_seqs(cur, [conv_id])).get(conv_id, 0) + 1
+        await self._set_seqs(cur, {conv_id: seq}, now)
+        return seq
 
     async def _insert_messages(self, cur: Cursor, msgs: Sequence[StoredMessage]) -> None:
         by_shard: dict[str, list[StoredMessage]] = defaultdict(list)
@@ -350,7 +360,7 @@ class MySQLStore:
     async def _system(
         self, cur: Cursor, conv_id: int, event: dict[str, Any], now: int
     ) -> StoredMessage:
-        first = (await self._alloc(cur, {conv_id: 1}, now))[conv_id]
+        first = await self._next_seq(cur, conv_id, now)
         content = msgpack.packb(event, use_bin_type=True)
         msg = StoredMessage(
             conv_id, first, self._ids.next_id(now), 0, MsgType.SYSTEM, content, now, ""
@@ -648,20 +658,15 @@ class MySQLStore:
     async def _lock_for_append(
         self, cur: Cursor, convs: Sequence[int]
     ) -> tuple[dict[int, int], dict[int, list[int]]]:
-        """Lock the conversations' seq rows (in conv_id order: no deadlocks between
-        batches), then read their current members with a locking read. A membership
+        """Lock the conversations' seq rows, then read their current members with a
+        locking read. A membership
         change takes the same seq row lock to write its system message, so membership is
         checked in the same order as seqs are committed. Returns the max seqs and the
         members in join order; unknown conversations are absent from both."""
         if not convs:
             return {}, {}
+        top = await self._lock_seqs(cur, convs)
         marks = ",".join(["%s"] * len(convs))
-        await cur.execute(
-            f"SELECT conv_id, max_seq FROM im_conv_seq WHERE conv_id IN ({marks}) "
-            "ORDER BY conv_id FOR UPDATE",
-            convs,
-        )
-        top = {int(c): int(m) for c, m in await cur.fetchall()}
         await cur.execute(
             f"SELECT conv_id, uid FROM im_conv_member WHERE conv_id IN ({marks}) "
             "AND left_seq IS NULL ORDER BY conv_id, joined_seq, pos LOCK IN SHARE MODE",
@@ -675,18 +680,7 @@ class MySQLStore:
     async def _write_batch(
         self, cur: Cursor, msgs: Sequence[StoredMessage], top: dict[int, int], now: int
     ) -> None:
-        touched = sorted({m.conv_id for m in msgs})
-        values = ",".join(["(%s,%s,%s,%s)"] * len(touched))
-        params: list[Any] = []
-        for c in touched:
-            params += [c, top[c], top[c], now]
-        await cur.execute(
-            "INSERT INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
-            f"VALUES {values} ON DUPLICATE KEY UPDATE max_seq = VALUES(max_seq), "
-            "reserved_seq = VALUES(reserved_seq), "
-            "last_active_ms = GREATEST(last_active_ms, VALUES(last_active_ms))",
-            params,
-        )
+        await self._set_seqs(cur, {m.conv_id: top[m.conv_id] for m in msgs}, now)
         await self._insert_messages(cur, msgs)
         values = ",".join(["(%s,%s,%s,%s,%s)"] * len(msgs))
         params = []
@@ -763,7 +757,7 @@ class MySQLStore:
                 return RecallResult(RecallStatus.ALREADY, recall_seq)
             if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
                 return RecallResult(RecallStatus.DENIED)
-            first = (await self._alloc(cur, {conv_id: 1}, now))[conv_id]
+            first = await self._next_seq(cur, conv_id, now)
             msg = StoredMessage(
                 conv_id, first, self._ids.next_id(now), by, MsgType.RECALL,
                 msgpack.packb([seq]), now, "",
