@@ -28,7 +28,6 @@ import json
 import multiprocessing as mp
 import os
 import queue
-import resource
 import signal
 import socket
 import statistics
@@ -41,6 +40,8 @@ from typing import Any
 
 import msgpack
 
+from bench.limits import raise_nofile
+
 KID = "bench"
 SECRET = "bench-idle-rss-secret"
 UID_BASE = 1_000_000
@@ -50,17 +51,6 @@ IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # Linu
 
 
 # --- Helpers shared by the driver and the generators ---------------------------------
-
-
-def raise_nofile() -> int:
-    """Raise the soft open-file limit to the hard limit; returns the new soft limit."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = 1 << 20
-    if soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 def proc_status(pid: int | str = "self") -> dict[str, int]:

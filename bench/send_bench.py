@@ -37,7 +37,6 @@ import multiprocessing as mp
 import os
 import platform
 import queue
-import resource
 import secrets
 import signal
 import socket
@@ -53,6 +52,7 @@ from urllib.parse import urlsplit
 
 from hdrh.histogram import HdrHistogram
 
+from bench.limits import raise_nofile
 from bench.loadclient import LoadConnection, RequestFailed, connect, stamp_of, stamped_content
 from protocol.frames import Push
 from protocol.token import sign_token
@@ -82,16 +82,6 @@ def record_us(hist: HdrHistogram, ns: int) -> None:
 
 def log(msg: str) -> None:
     print(f"[send_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def raise_nofile() -> int:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = 1 << 20
-    if soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 # === Generator process ================================================================

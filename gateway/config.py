@@ -55,7 +55,6 @@ class Config:
     max_pending_sends: int = 20_000  # queued beyond this, SEND is refused as unavailable
     # Operations.
     shutdown_timeout: float = 10.0
-    drain_rate: float = 1000.0
     admin_port: int = 0  # 0 = no admin HTTP listener
     log_format: str = "console"  # console | json
     log_level: str = "info"

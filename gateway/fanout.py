@@ -32,14 +32,12 @@ class _Delivery(NamedTuple):
 
 
 class FanOut:
-    __slots__ = ("_node", "_pending", "_scheduled", "batches", "failures")
+    __slots__ = ("_node", "_pending", "_scheduled")
 
     def __init__(self, node: Node) -> None:
         self._node = node
         self._pending: list[_Delivery] = []
         self._scheduled = False
-        self.batches = 0
-        self.failures = 0
 
     def deliver(self, uids: Sequence[int], payload: bytes, skip: Connection | None = None) -> None:
         """Write `payload` to every online device of `uids` except `skip`, soon."""
@@ -54,7 +52,6 @@ class FanOut:
         self._scheduled = False
         batch, self._pending = self._pending, []
         if batch:
-            self.batches += 1
             self._node.spawn(self._deliver(batch))
 
     async def _deliver(self, batch: list[_Delivery]) -> None:
@@ -63,7 +60,7 @@ class FanOut:
         try:
             online = await node.routes.online(list(wanted))
         except Exception as e:
-            self.failures += 1
+            node.metrics.fanout_failures.inc()
             node.log.warning("fan-out route lookup failed", users=len(wanted), error=repr(e))
             return
         me = node.node_id
@@ -89,5 +86,5 @@ class FanOut:
             try:
                 await node.bus.publish(target, msgpack.packb([BUS_FRAMES, items]))
             except Exception as e:
-                self.failures += 1
+                node.metrics.fanout_failures.inc()
                 node.log.warning("bus publish failed", node=target, error=repr(e))

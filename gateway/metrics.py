@@ -14,7 +14,6 @@ class Metrics:
         self.connections = Gauge("imgw_connections", "Open TCP connections", registry=r)
         self.sessions = Gauge("imgw_sessions", "Logged-in connections", registry=r)
         self.logins = Counter("imgw_logins", "Login attempts", ["result"], registry=r)
-        self.frames_in = Counter("imgw_frames_in", "Frames received", registry=r)
         self.errors = Counter("imgw_errors", "ERROR frames sent", ["code"], registry=r)
         self.kicks = Counter("imgw_kicks", "KICK frames sent", ["reason"], registry=r)
         self.sends = Counter("imgw_sends", "SEND outcomes", ["result"], registry=r)
@@ -39,6 +38,9 @@ class Metrics:
             "imgw_storage_errors", "Storage operations that failed", ["op"], registry=r
         )
         self.route_renewals = Counter("imgw_route_renewals", "Routes renewed", registry=r)
+        self.fanout_failures = Counter(
+            "imgw_fanout_failures", "Route lookups or bus publishes that failed", registry=r
+        )
 
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
