@@ -1,20 +1,29 @@
-"""The admin HTTP listener: /healthz (alive), /readyz (accepting), /metrics (Prometheus).
-A deliberately tiny HTTP/1.0 responder: one GET, one response, close."""
+"""The admin HTTP listener: GET /healthz (alive), GET /readyz (accepting), GET /metrics
+(Prometheus), POST /drain[?rate=PER_S&hint=HOST:PORT] (drain this node and exit; what
+`imgw drain --admin` calls). A deliberately tiny HTTP/1.0 responder: one request, one
+response, close."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
     from gateway.node import Node
 
+DrainHandler = Callable[[float | None, str | None], None]
+
 
 class AdminServer:
-    def __init__(self, node: Node, host: str, port: int) -> None:
+    def __init__(
+        self, node: Node, host: str, port: int, *, on_drain: DrainHandler | None = None
+    ) -> None:
         self._node = node
         self._host = host
         self._port = port
+        self._on_drain = on_drain
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -29,8 +38,9 @@ class AdminServer:
         try:
             line = await asyncio.wait_for(reader.readline(), timeout=5)
             parts = line.decode("latin-1").split()
-            path = parts[1] if len(parts) >= 2 else "/"
-            status, ctype, body = self._route(path)
+            method = parts[0] if parts else "GET"
+            target = parts[1] if len(parts) >= 2 else "/"
+            status, ctype, body = self._route(method, target)
             head = (
                 f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -42,8 +52,14 @@ class AdminServer:
         finally:
             writer.close()
 
-    def _route(self, path: str) -> tuple[str, str, bytes]:
+    def _route(self, method: str, target: str) -> tuple[str, str, bytes]:
         node = self._node
+        url = urlsplit(target)
+        path = url.path
+        if path == "/drain":
+            return self._drain(method, parse_qs(url.query))
+        if method != "GET":
+            return "405 Method Not Allowed", "text/plain", b"use GET\n"
         if path == "/healthz":
             return "200 OK", "text/plain", b"ok\n"
         if path == "/readyz":
@@ -53,3 +69,20 @@ class AdminServer:
         if path == "/metrics":
             return "200 OK", "text/plain; version=0.0.4", node.metrics.render()
         return "404 Not Found", "text/plain", b"not found\n"
+
+    def _drain(self, method: str, query: dict[str, list[str]]) -> tuple[str, str, bytes]:
+        if method != "POST":
+            return "405 Method Not Allowed", "text/plain", b"use POST /drain\n"
+        if self._on_drain is None:
+            return "501 Not Implemented", "text/plain", b"drain is not available here\n"
+        try:
+            rate = float(query["rate"][0]) if "rate" in query else None
+        except ValueError:
+            return "400 Bad Request", "text/plain", b"rate must be a number (per second)\n"
+        if rate is not None and rate < 0:
+            return "400 Bad Request", "text/plain", b"rate must be >= 0\n"
+        hint = query["hint"][0] if "hint" in query else None
+        if not self._node.accepting:
+            return "409 Conflict", "text/plain", b"already draining\n"
+        self._on_drain(rate, hint)
+        return "202 Accepted", "text/plain", b"draining\n"

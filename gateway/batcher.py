@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from storage.models import AppendResult, NewMessage
 from storage.ports import ChatStore
@@ -136,6 +137,13 @@ class SendBatcher:
                 self._flush()  # what gathered during this commit goes now
             elif not self._inflight:
                 self._idle.set()
+
+    async def settled(self) -> None:
+        """Wait until every message submitted so far is committed or failed."""
+        waits: list[asyncio.Future[Any]] = [f for _, f in self._queue]
+        waits.extend(self._inflight)
+        if waits:
+            await asyncio.wait(waits)
 
     async def drain(self) -> None:
         """Commit everything queued; new submissions are refused from now on."""

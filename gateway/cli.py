@@ -57,6 +57,18 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-delay-ms", type=float, help="longest wait to fill a batch (2)")
     p.add_argument("--batch-inflight", type=int, help="group commits running at once (2)")
     p.add_argument("--shutdown-timeout", type=float, help="seconds to finish in-flight sends")
+    p.add_argument(
+        "--workers", type=int,
+        help="worker processes sharing the port (1); >1 needs --cache redis:// and --bus amqp://",
+    )  # fmt: skip
+    p.add_argument(
+        "--drain-rate", type=float, help="KICK draining per second on SIGTERM/drain (2000; 0=all)"
+    )
+    p.add_argument("--reconnect-hint", help="HOST:PORT sent to clients with KICK draining")
+    p.add_argument(
+        "--sync-hint-spread", dest="sync_hint_spread_s", type=float,
+        help="seconds to spread SYNC_HINT over after a bus outage (5)",
+    )  # fmt: skip
     p.add_argument("--log-format", choices=["console", "json"], help="log format (console)")
     p.add_argument("--log-level", help="debug, info, warning, error (info)")
 
@@ -75,7 +87,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "admin_port", "hb",
         "idle", "login_timeout", "max_frame", "max_content", "max_connections",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
-        "batch_inflight", "shutdown_timeout", "log_format", "log_level",
+        "batch_inflight", "shutdown_timeout", "log_format", "log_level", "workers",
+        "drain_rate", "reconnect_hint", "sync_hint_spread_s",
     ]  # fmt: skip
     overrides = {n: getattr(args, n, None) for n in names}
     overrides["token_keys"] = tuple(args.token_key or ())
@@ -103,7 +116,34 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"imgw serve: {e}", file=sys.stderr)
         return 2
+    if cfg.workers > 1:
+        from gateway.supervisor import supervise
+
+        return supervise(cfg)
     return run(cfg)
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    from gateway.drain import DrainError, drain_by_admin, drain_by_pid
+
+    try:
+        if args.pid is not None:
+            if args.rate is not None or args.hint is not None:
+                raise DrainError(
+                    "--rate and --hint need --admin; with --pid the node uses its own "
+                    "--drain-rate and --reconnect-hint"
+                )
+            drain_by_pid(args.pid, wait=args.wait, timeout=args.timeout)
+        elif args.admin is not None:
+            drain_by_admin(
+                args.admin, rate=args.rate, hint=args.hint, wait=args.wait, timeout=args.timeout
+            )
+        else:
+            raise DrainError("say which node: --admin HOST:PORT or --pid PID")
+    except DrainError as e:
+        print(f"imgw drain: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def cmd_token(args: argparse.Namespace) -> int:
@@ -177,6 +217,27 @@ def build_parser() -> argparse.ArgumentParser:
     mig.add_argument("--shards", type=int, help="message table shards, fixed at first migrate (16)")
     mig.add_argument("--config", help="TOML config file to read the store URL from")
     mig.set_defaults(func=cmd_db_migrate)
+
+    drain = sub.add_parser(
+        "drain",
+        help="drain a node: stop accepting, move its clients away at a set rate, exit",
+        description=(
+            "Make a node stop accepting, KICK its clients with reason draining (they "
+            "reconnect elsewhere, to --hint if given) at --rate per second, commit its "
+            "pending sends and exit 0. --pid signals the process (SIGTERM; a supervisor "
+            "drains all its workers); --admin asks one node over its admin port."
+        ),
+    )
+    where = drain.add_mutually_exclusive_group()
+    where.add_argument("--admin", metavar="HOST:PORT", help="the node's admin address")
+    where.add_argument("--pid", type=int, help="the node's (or supervisor's) process id")
+    drain.add_argument("--rate", type=float, help="KICKs per second (default: the node's own)")
+    drain.add_argument("--hint", metavar="HOST:PORT", help="where clients should reconnect")
+    drain.add_argument(
+        "--no-wait", dest="wait", action="store_false", help="return once the drain started"
+    )
+    drain.add_argument("--timeout", type=float, default=600, help="seconds to wait (600)")
+    drain.set_defaults(func=cmd_drain)
 
     from gateway import chat
 

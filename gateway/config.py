@@ -54,6 +54,10 @@ class Config:
     batch_inflight: int = 2  # group commits running at once (disjoint conversations)
     max_pending_sends: int = 20_000  # queued beyond this, SEND is refused as unavailable
     # Operations.
+    workers: int = 1  # worker processes sharing the port (SO_REUSEPORT) under a supervisor
+    drain_rate: float = 2000.0  # KICK draining per second on drain/SIGTERM; 0 = all at once
+    reconnect_hint: str = ""  # "host:port" sent with KICK draining; empty = any address
+    sync_hint_spread_s: float = 5.0  # SYNC_HINT after a bus outage, spread over this long
     shutdown_timeout: float = 10.0
     admin_port: int = 0  # 0 = no admin HTTP listener
     log_format: str = "console"  # console | json
@@ -85,6 +89,18 @@ class Config:
             raise ConfigError(
                 "need max_inflight_requests >= 2, batch_max >= 1, batch_inflight >= 1"
             )
+        if self.workers < 1 or self.drain_rate < 0 or self.sync_hint_spread_s < 0:
+            raise ConfigError("need workers >= 1, drain_rate >= 0, sync_hint_spread_s >= 0")
+        if self.workers > 1:
+            if self.port == 0:
+                raise ConfigError("--workers needs a fixed --port (the workers share it)")
+            if not self.cache.startswith(("redis://", "rediss://")) or not self.bus.startswith(
+                ("amqp://", "amqps://")
+            ):
+                raise ConfigError(
+                    "--workers N needs a shared route store and bus so that workers reach "
+                    "each other's connections: pass --cache redis://... and --bus amqp://..."
+                )
         if self.log_format not in ("console", "json"):
             raise ConfigError("log_format must be console or json")
         for name, url in (("store", self.store_url()), ("cache", self.cache), ("bus", self.bus)):

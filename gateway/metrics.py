@@ -3,7 +3,21 @@ workers) can live in one process."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Final
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
+
+from storage.ports import Bus
+
+_BUS_COUNTERS: Final = (
+    ("published", "Bus envelopes handed to the broker"),
+    ("lost", "Bus publishes that failed (link down, timeout)"),
+    ("unroutable", "Bus publishes returned by the broker (target node gone)"),
+    ("dead_lettered", "Bus envelopes this node could not handle"),
+    ("outages", "Times the bus link went down"),
+)
 
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -42,9 +56,24 @@ class Metrics:
             "imgw_fanout_failures", "Route lookups or bus publishes that failed", registry=r
         )
 
+    def watch_bus(self, bus: Bus) -> None:
+        """Expose the bus adapter's counters as imgw_bus_*_total."""
+        self.registry.register(_BusCollector(bus))
+
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
         self.commit_seconds.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class _BusCollector:
+    def __init__(self, bus: Bus) -> None:
+        self._bus = bus
+
+    def collect(self) -> Iterator[Metric]:
+        for name, text in _BUS_COUNTERS:
+            family = CounterMetricFamily(f"imgw_bus_{name}", text)
+            family.add_metric([], getattr(self._bus, name))
+            yield family

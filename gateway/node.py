@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Final
 
 import msgpack
@@ -23,12 +23,13 @@ from gateway.metrics import Metrics
 from gateway.ratelimit import SendRateLimiter
 from gateway.wheel import TimingWheel
 from protocol.codec import encode
-from protocol.frames import Push
+from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
 from storage.models import Route, StoredMessage, StoreUnavailable
 from storage.ports import Bus, ChatStore, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
+PACE_STEP_S: Final = 0.05
 
 
 class Node:
@@ -50,6 +51,7 @@ class Node:
         self.loop = loop or asyncio.get_running_loop()
         self.keyring = config.keyring()
         self.metrics = Metrics()
+        self.metrics.watch_bus(bus)
         self.log = structlog.get_logger("imgw").bind(node=node_id)
         self.wheel = TimingWheel(self.loop, on_tick=self._on_tick)
         self.limiter = SendRateLimiter(
@@ -78,7 +80,7 @@ class Node:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.bus.start(self.node_id, self._on_bus)
+        await self.bus.start(self.node_id, self._on_bus, self._on_bus_resume)
         self.wheel.start()
 
     def protocol_factory(self) -> Connection:
@@ -284,8 +286,48 @@ class Node:
                         conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
         except Exception as e:
             self.log.warning("bad bus envelope", error=repr(e))
+            raise  # the bus dead-letters it
+
+    def _on_bus_resume(self) -> None:
+        """The bus link is back after an outage: pushes to our connections may have been
+        lost, so every session gets SYNC_HINT, spread over `sync_hint_spread_s` so that
+        they do not all SYNC at once."""
+        self.log.warning("bus link restored; sending SYNC_HINT", sessions=len(self.sessions))
+        self.spawn(
+            self.paced(
+                list(self.sessions.values()),
+                len(self.sessions) / max(self.config.sync_hint_spread_s, PACE_STEP_S),
+                _sync_hint,
+            )
+        )
+
+    async def paced(
+        self, conns: Sequence[Connection], per_s: float, act: Callable[[Connection], None]
+    ) -> None:
+        """Apply `act` to each of `conns` still logged in, at most `per_s` per second
+        (all at once when `per_s` <= 0)."""
+        started = self.loop.time()
+        done = 0
+        while done < len(conns):
+            if per_s > 0:
+                allowed = max(1, int((self.loop.time() - started) * per_s) + 1)
+            else:
+                allowed = len(conns)
+            for conn in conns[done:allowed]:
+                if conn.active:
+                    act(conn)
+            done = max(done, min(allowed, len(conns)))
+            if done < len(conns):
+                await asyncio.sleep(PACE_STEP_S)
 
     # -- shutdown ------------------------------------------------------------------------
 
     def live_connections(self) -> list[Connection]:
         return list(self.sessions.values())
+
+
+_SYNC_HINT: Final = encode(SyncHint())
+
+
+def _sync_hint(conn: Connection) -> None:
+    conn.write(_SYNC_HINT)

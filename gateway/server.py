@@ -1,18 +1,26 @@
 """The gateway server: opens the backends, listens, and shuts down in a fixed order.
 
-Shutdown (SIGTERM, SIGINT): stop accepting -> stop reading requests -> finish the
-requests in flight and commit the send batcher -> KICK shutdown to every session ->
-wait for the sockets to flush (bounded) -> close the backends. Nothing acked is lost
-because nothing is acked before its commit.
+Drain (SIGTERM, SIGINT, `imgw drain`): stop accepting -> KICK draining (with the
+reconnect hint) to the sessions at `drain_rate` per second, the others keep working
+meanwhile -> stop reading what is left -> finish the requests in flight and commit the
+send batcher -> close the rest -> wait for the sockets to flush (bounded) -> close the
+backends. Nothing acked is lost because nothing is acked before its commit; a send whose
+ack a kicked client did not see is retried by it on another node and answered from the
+idempotency record.
+
+With a Redis cache the node leases its snowflake worker id there (storage.redis.lease)
+and keeps it renewed; else it uses worker id 0 (one process per store).
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from typing import Final
 
 import structlog
@@ -20,12 +28,14 @@ import uvloop
 
 from gateway.admin import AdminServer
 from gateway.config import Config
-from gateway.connection import State
+from gateway.connection import Connection, State
 from gateway.logs import configure
-from gateway.node import Node
+from gateway.node import PACE_STEP_S, Node
 from protocol.ops import KickReason
 from storage.factory import BackendError, Backends, open_backends
 from storage.models import StoreUnavailable
+from storage.redis.lease import WorkerIdLease
+from storage.snowflake import Snowflake
 
 BACKLOG: Final = 4096
 FLUSH_WAIT_S: Final = 2.0
@@ -43,6 +53,9 @@ class Server:
         self.backends: Backends | None = None
         self._server: asyncio.Server | None = None
         self._admin: AdminServer | None = None
+        self._lease: WorkerIdLease | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        self.ids = Snowflake(0)
         self._stopped = asyncio.Event()
         self.log = structlog.get_logger("imgw")
 
@@ -53,12 +66,15 @@ class Server:
 
     async def start(self) -> None:
         cfg = self.config
-        self.backends = open_backends(cfg.store_url(), cfg.cache, cfg.bus)
+        node_id = cfg.node_id or default_node_id()
+        if cfg.cache.startswith(("redis://", "rediss://")):
+            await self._lease_worker_id(node_id)
+        self.backends = open_backends(cfg.store_url(), cfg.cache, cfg.bus, ids=self.ids)
         await self.backends.store.start()
         self._report_durability()
         node = self.node = Node(
             cfg,
-            node_id=cfg.node_id or default_node_id(),
+            node_id=node_id,
             store=self.backends.store,
             routes=self.backends.routes,
             bus=self.backends.bus,
@@ -74,7 +90,7 @@ class Server:
             reuse_port=self.reuse_port or None,
         )
         if cfg.admin_port:
-            self._admin = AdminServer(node, cfg.host, cfg.admin_port)
+            self._admin = AdminServer(node, cfg.host, cfg.admin_port, on_drain=self._drain_soon)
             await self._admin.start()
         self.log.info(
             "imgw listening",
@@ -86,6 +102,45 @@ class Server:
             bus=cfg.bus,
             admin_port=cfg.admin_port or None,
         )
+
+    async def _lease_worker_id(self, node_id: str) -> None:
+        from storage.redis import redis_from_url
+
+        client, prefix = redis_from_url(self.config.cache)
+        owner = f"{node_id}:{os.getpid()}:{time.time_ns()}"
+        self._lease = WorkerIdLease(client, prefix=prefix, owner=owner)
+        try:
+            self.ids.worker_id = await self._lease.acquire()
+        except StoreUnavailable:
+            await client.aclose()
+            self._lease = None
+            raise
+        self.log.info("snowflake worker id leased", worker_id=self.ids.worker_id)
+        self._lease_task = asyncio.get_running_loop().create_task(self._keep_lease())
+
+    async def _keep_lease(self) -> None:
+        lease = self._lease
+        assert lease is not None
+        while True:
+            await asyncio.sleep(lease.renew_every_s)
+            try:
+                if await lease.renew():
+                    self.log.warning(
+                        "snowflake worker id was taken over; moved", worker_id=lease.worker_id
+                    )
+                    self.ids.worker_id = lease.worker_id
+            except StoreUnavailable as e:
+                self.log.warning("worker id lease renewal failed", error=str(e))
+
+    async def _end_lease(self) -> None:
+        if self._lease_task is not None:
+            self._lease_task.cancel()
+        if self._lease is not None:
+            try:
+                await self._lease.release()
+            except StoreUnavailable as e:
+                self.log.warning("worker id lease release failed", error=str(e))
+            await self._lease._client.aclose()
 
     def _report_durability(self) -> None:
         assert self.backends is not None
@@ -99,19 +154,79 @@ class Server:
                 innodb_flush_log_at_trx_commit=flush,
             )
 
+    async def _kick_sessions(self, rate: float, reason: KickReason, text: str, hint: str) -> None:
+        """KICK every session, `rate` per second (0: all at once). Each step's connections
+        stop being read, their requests in flight are answered (sends committed and
+        acked), then they are kicked; the others keep working meanwhile. Sessions whose
+        LOGIN was already on the way when accepting stopped go too."""
+        node = self.node
+        assert node is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        kicked = 0
+        while node.sessions:
+            if rate > 0:
+                quota = max(1, int((loop.time() - started) * rate) + 1 - kicked)
+            else:
+                quota = len(node.sessions)
+            step = list(itertools.islice(node.sessions.values(), quota))
+            for conn in step:
+                if conn.transport is not None:
+                    conn.transport.pause_reading()
+            await self._finish_requests(step)
+            before = len(node.sessions)
+            for conn in step:
+                conn.kick(reason, text, hint)
+            kicked += len(step)
+            if len(node.sessions) >= before:
+                break  # nothing left that can be kicked
+            if node.sessions:
+                await asyncio.sleep(PACE_STEP_S)
+
+    async def _finish_requests(self, conns: Sequence[Connection]) -> None:
+        """Wait (bounded) until the requests `conns` already sent are answered."""
+        node = self.node
+        assert node is not None
+        inflight = [c.task for c in conns if c.task is not None]
+        try:
+            async with asyncio.timeout(self.config.shutdown_timeout):
+                if inflight:
+                    await asyncio.wait(inflight)
+                await node.batcher.settled()
+                await asyncio.sleep(0)  # acks are written by the callbacks of the commit
+        except TimeoutError:
+            self.log.error("requests in flight did not finish in time", connections=len(conns))
+
+    def _drain_soon(self, rate: float | None, hint: str | None) -> None:
+        asyncio.get_running_loop().create_task(self.shutdown(rate=rate, hint=hint))
+
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    async def shutdown(self, reason: KickReason = KickReason.SHUTDOWN) -> None:
+    async def shutdown(
+        self,
+        reason: KickReason = KickReason.DRAINING,
+        *,
+        rate: float | None = None,
+        hint: str | None = None,
+    ) -> None:
+        """Drain and stop (see the module docstring); `rate` KICKs per second (default
+        the configured drain_rate; 0 = all at once), `hint` the reconnect address."""
         node = self.node
         if node is None or not node.accepting:
             return
         cfg = self.config
+        rate = cfg.drain_rate if rate is None else rate
+        hint = cfg.reconnect_hint if hint is None else hint
+        text = "server draining" if reason == KickReason.DRAINING else "server shutting down"
         started = time.monotonic()
-        self.log.info("shutting down", sessions=len(node.sessions), reason=reason.name.lower())
+        self.log.info(
+            "draining", sessions=len(node.sessions), reason=reason.name.lower(), rate=rate
+        )
         node.accepting = False
         if self._server is not None:
             self._server.close()
+        await self._kick_sessions(rate, reason, text, hint)
         conns = node.live_connections()
         for conn in conns:
             if conn.transport is not None and conn.state < State.CLOSING:
@@ -126,7 +241,7 @@ class Server:
             self.log.error("send batcher did not drain in time", pending=node.batcher.pending)
         await node.settle()
         for conn in node.live_connections():
-            conn.kick(reason, "server shutting down")
+            conn.kick(reason, text, hint)
         deadline = time.monotonic() + FLUSH_WAIT_S
         while node.open_count > 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
             await asyncio.sleep(0.05)
@@ -138,22 +253,24 @@ class Server:
         await self.backends.bus.close()
         await self.backends.routes.close()
         await self.backends.store.close()
+        await self._end_lease()
         self.log.info("stopped", seconds=round(time.monotonic() - started, 3))
         self._stopped.set()
 
 
-def run(config: Config) -> int:
-    """Run a gateway until SIGTERM/SIGINT; the exit status."""
+def run(config: Config, *, reuse_port: bool = False) -> int:
+    """Run a gateway until SIGTERM/SIGINT or `imgw drain`; the exit status."""
     configure(config.log_format, config.log_level)
 
     async def main() -> int:
-        server = Server(config)
+        server = Server(config, reuse_port=reuse_port)
         try:
             await server.start()
         except (StoreUnavailable, BackendError, OSError) as e:
             structlog.get_logger("imgw").error("cannot start", error=str(e))
             if server.backends is not None:
                 await server.backends.store.close()
+            await server._end_lease()
             return 1
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

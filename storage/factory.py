@@ -3,7 +3,8 @@
 
 `mysql://` with `redis://` is the production store (MySQL authority, Redis accelerator);
 `mysql://` with `memory://` runs on MySQL alone; the cache URL also names the route
-store."""
+store. `local://` is the in-process bus of a single node; `amqp://` (or `amqps://`) is the
+RabbitMQ bus that several nodes share (options in `storage.amqp.bus`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from storage.embedded import EmbeddedStore, LocalBus, MemoryRouteStore
 from storage.ports import Bus, ChatStore, RouteStore
+from storage.snowflake import Snowflake
 
 
 class BackendError(ValueError):
@@ -34,7 +36,7 @@ def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
     return rest[1:], dict(parse_qsl(query))
 
 
-def _embedded(url: str, worker_id: int) -> EmbeddedStore:
+def _embedded(url: str, ids: Snowflake) -> EmbeddedStore:
     path, opts = sqlite_path(url)
     try:
         busy_ms = int(opts.pop("busy_timeout_ms", "5000"))
@@ -42,10 +44,14 @@ def _embedded(url: str, worker_id: int) -> EmbeddedStore:
         raise BackendError(f"bad busy_timeout_ms in {url!r}") from e
     if opts:
         raise BackendError(f"unknown sqlite options {sorted(opts)} in {url!r}")
-    return EmbeddedStore(path, worker_id=worker_id, busy_timeout_ms=busy_ms)
+    return EmbeddedStore(path, ids=ids, busy_timeout_ms=busy_ms)
 
 
-def open_backends(store_url: str, cache_url: str, bus_url: str, *, worker_id: int = 0) -> Backends:
+def open_backends(
+    store_url: str, cache_url: str, bus_url: str, *, ids: Snowflake | None = None
+) -> Backends:
+    """The backends named by the URLs; message ids come from `ids` (a leased worker id)."""
+    ids = ids or Snowflake(0)
     cache_scheme = urlsplit(cache_url).scheme
     cache = None
     if cache_scheme in ("redis", "rediss"):
@@ -66,13 +72,13 @@ def open_backends(store_url: str, cache_url: str, bus_url: str, *, worker_id: in
 
     store_scheme = urlsplit(store_url).scheme
     if store_scheme == "sqlite":
-        store: ChatStore = _embedded(store_url, worker_id)
+        store: ChatStore = _embedded(store_url, ids)
     elif store_scheme == "mysql":
         from storage.mysql import MySQLSettings, MySQLStore
         from storage.production import ProductionStore
 
         try:
-            mysql = MySQLStore(MySQLSettings.from_url(store_url), worker_id=worker_id)
+            mysql = MySQLStore(MySQLSettings.from_url(store_url), ids=ids)
         except ValueError as e:
             raise BackendError(str(e)) from e
         store = mysql if cache is None else ProductionStore(mysql, cache)
@@ -81,8 +87,18 @@ def open_backends(store_url: str, cache_url: str, bus_url: str, *, worker_id: in
             f"unsupported store {store_url!r}: use sqlite:///path or mysql://user:pw@host/db"
         )
 
-    if urlsplit(bus_url).scheme == "local":
+    bus_scheme = urlsplit(bus_url).scheme
+    if bus_scheme == "local":
         bus: Bus = LocalBus()
+    elif bus_scheme in ("amqp", "amqps"):
+        from storage.amqp import AmqpBus
+
+        try:
+            bus = AmqpBus(bus_url)
+        except ValueError as e:
+            raise BackendError(str(e)) from e
     else:
-        raise BackendError(f"unsupported bus {bus_url!r}: this build supports local://")
+        raise BackendError(
+            f"unsupported bus {bus_url!r}: use local:// or amqp://user:pw@host:5672/vhost"
+        )
     return Backends(store, routes, bus)

@@ -174,15 +174,31 @@ class RouteStore(Protocol):
 
 
 BusHandler = Callable[[bytes], Awaitable[None] | None]
+ResumeHandler = Callable[[], None]
 
 
 class Bus(Protocol):
-    """Carries encoded frames to other nodes (one queue per node)."""
+    """Carries encoded frames to other nodes (one queue per node).
 
-    async def start(self, node: str, handler: BusHandler) -> None: ...
+    Counters (plain ints, read by the metrics collector): `published` envelopes handed to
+    the broker, `lost` publishes that failed (link down, timeout), `unroutable` ones the
+    broker returned (no queue: the target node is gone), `dead_lettered` received envelopes
+    the handler failed on, `outages` times the link went down."""
+
+    published: int
+    lost: int
+    unroutable: int
+    dead_lettered: int
+    outages: int
+
+    async def start(self, node: str, handler: BusHandler, on_resume: ResumeHandler) -> None:
+        """Consume this node's queue, calling `handler` with each envelope; `on_resume`
+        runs each time the link comes back after an outage (pushes may have been lost)."""
+        ...
 
     async def publish(self, node: str, payload: bytes) -> None:
-        """Best effort: never raises for delivery trouble; losses are counted."""
+        """Best effort and prompt: never raises and never waits for a reconnect; a
+        failure is counted in `lost` or `unroutable`."""
         ...
 
     async def close(self) -> None: ...

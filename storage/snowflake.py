@@ -23,6 +23,17 @@ class Snowflake:
         self._last_ms = 0
         self._seq = 0
 
+    @property
+    def worker_id(self) -> int:
+        return self._worker
+
+    @worker_id.setter
+    def worker_id(self, worker_id: int) -> None:
+        """Move to another worker id (a lease changed hands); ids stay monotonic."""
+        if not 0 <= worker_id <= MAX_WORKER:
+            raise ValueError(f"worker id must be 0..{MAX_WORKER}, got {worker_id}")
+        self._worker = worker_id
+
     def next_id(self, now_ms: int | None = None) -> int:
         ms = int(time.time() * 1000) if now_ms is None else now_ms
         if ms <= self._last_ms:

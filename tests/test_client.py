@@ -479,7 +479,7 @@ async def test_reconnect_after_gateway_restart(tmp_path: Path) -> None:
             await peer.send(conv, b"before")
             assert (await next_push(away)).content == b"before"
             assert await asyncio.to_thread(gw.stop) == 0
-            assert (await next_of(away, Kick)).reason == KickReason.SHUTDOWN
+            assert (await next_of(away, Kick)).reason == KickReason.DRAINING
             await asyncio.to_thread(gw.start)
             ack = await peer.send(conv, b"while away")  # waits for peer's own reconnect
             assert not away.connected

@@ -269,6 +269,12 @@ class Client:
         """The next incoming frame if one is queued, else None."""
         return self._inbox.poll()
 
+    async def catch_up(self) -> None:
+        """Run a catch-up pass now (SYNC, then PULL what was missed; what a SYNC_HINT or a
+        reconnect starts): missed messages arrive on `incoming` as Push. Apps call it when
+        they come to the foreground, say."""
+        await self._inbox.catch_up()
+
     def mark_seen(self, conv_id: int, seqs: Iterable[int]) -> None:
         """Tell the dedup that the app already has these messages (from `history`)."""
         seen = self._inbox.seen(conv_id)

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 import inspect
 
-from storage.ports import BusHandler
+from storage.ports import BusHandler, ResumeHandler
 
 
 class LocalBus:
     def __init__(self) -> None:
         self._node: str | None = None
         self._handler: BusHandler | None = None
-        self.unroutable = 0
+        self.published = self.lost = self.unroutable = self.dead_lettered = self.outages = 0
 
-    async def start(self, node: str, handler: BusHandler) -> None:
+    async def start(self, node: str, handler: BusHandler, on_resume: ResumeHandler) -> None:
         self._node, self._handler = node, handler
 
     async def publish(self, node: str, payload: bytes) -> None:
         if node != self._node or self._handler is None:
             self.unroutable += 1
             return
+        self.published += 1
         result = self._handler(payload)
         if inspect.isawaitable(result):
             await result

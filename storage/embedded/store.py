@@ -84,14 +84,14 @@ class EmbeddedStore:
         self,
         path: str,
         *,
-        worker_id: int = 0,
+        ids: Snowflake | None = None,
         busy_timeout_ms: int = 5000,
         clock: Callable[[], int] = _now_ms,
     ):
         self._path = path
         self._busy_ms = busy_timeout_ms
         self._clock = clock
-        self._ids = Snowflake(worker_id)
+        self._ids = ids or Snowflake(0)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-w")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-r")
         self._wconn: sqlite3.Connection | None = None

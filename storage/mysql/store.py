@@ -160,12 +160,12 @@ class MySQLStore:
         self,
         settings: MySQLSettings,
         *,
-        worker_id: int = 0,
+        ids: Snowflake | None = None,
         clock: Callable[[], int] = _now_ms,
     ) -> None:
         self.settings = settings
         self._clock = clock
-        self._ids = Snowflake(worker_id)
+        self._ids = ids or Snowflake(0)
         self._pool: aiomysql.Pool | None = None
         self._shards = settings.shards
         self._durability: dict[str, str] = {}

@@ -73,7 +73,7 @@ async def test_sigterm_finishes_inflight_sends_and_exits_0(tmp_path: Path) -> No
         assert gw.wait() == 0
         acks = [f for f in frames if isinstance(f, SendAck)]
         errors = [f for f in frames if isinstance(f, Error)]
-        assert frames[-1] == Kick(KickReason.SHUTDOWN, "server shutting down", "")
+        assert frames[-1] == Kick(KickReason.DRAINING, "server draining", "")
         assert errors == []
         assert len(acks) == 150, "every send the gateway read before stopping is answered"
         gw.start()

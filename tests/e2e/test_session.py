@@ -175,11 +175,11 @@ async def test_ping_pong_and_route_ttl(gw: Server) -> None:
     await w.close()
 
 
-async def test_shutdown_kicks_sessions(start_gateway: StartGateway) -> None:
+async def test_shutdown_drains_sessions(start_gateway: StartGateway) -> None:
     gw = await start_gateway()
     w = await Wire.login(gw.port, 5, "d")
     await gw.shutdown()
-    assert await w.closed() == [Kick(KickReason.SHUTDOWN, "server shutting down", "")]
+    assert await w.closed() == [Kick(KickReason.DRAINING, "server draining", "")]
 
 
 def _raw(obj: object) -> bytes:

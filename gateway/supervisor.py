@@ -1,0 +1,166 @@
+"""`imgw serve --workers N`: N worker processes under a supervisor.
+
+Each worker is a whole gateway node (its own node id, push queue, send batcher and
+leased snowflake worker id) listening on the same port with SO_REUSEPORT, so the kernel
+spreads new connections over them. The supervisor holds no sockets and no backends; it
+forks the workers, restarts one that exits while the supervisor is not stopping (after a
+crash with exponential backoff; after a clean exit, such as an `imgw drain` of that one
+worker, at once: a rolling restart), and on SIGTERM or SIGINT forwards SIGTERM to every
+worker, waits for all of them to drain, and exits 0.
+
+A worker that keeps dying within `FAST_FAIL_S` of its start (bad config, a backend that
+is down) is given up on after `MAX_FAST_FAILS` tries: the supervisor stops the others and
+exits 1, so that the service manager sees the failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Final
+
+import structlog
+
+from gateway.config import Config
+from gateway.logs import configure
+
+FAST_FAIL_S: Final = 10.0
+MAX_FAST_FAILS: Final = 5
+BACKOFF_CAP_S: Final = 10.0
+POLL_S: Final = 0.1
+STOP_GRACE_S: Final = 120.0  # after this long draining, stragglers get SIGKILL
+
+
+@dataclass
+class _Slot:
+    index: int
+    pid: int = 0
+    started: float = 0.0
+    fast_fails: int = 0
+    restart_at: float = 0.0  # when pid == 0: the time to start it again
+
+
+def worker_config(config: Config, index: int) -> Config:
+    """The configuration of worker `index`: one process, its own node id and admin port."""
+    return dataclasses.replace(
+        config,
+        workers=1,
+        node_id=f"{config.node_id}-w{index}" if config.node_id else "",
+        admin_port=config.admin_port + index if config.admin_port else 0,
+    )
+
+
+class Supervisor:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.slots = [_Slot(i) for i in range(config.workers)]
+        self.stopping = False
+        self.failed = False
+        self.log = structlog.get_logger("imgw.supervisor").bind(pid=os.getpid())
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_stop_signal)
+        self.log.info("supervisor starting workers", workers=len(self.slots))
+        for slot in self.slots:
+            self._spawn(slot)
+        stop_deadline = 0.0
+        while True:
+            self._reap()
+            now = time.monotonic()
+            if self.stopping:
+                if not stop_deadline:
+                    stop_deadline = now + STOP_GRACE_S
+                if not any(s.pid for s in self.slots):
+                    break
+                if now > stop_deadline:
+                    self._signal_all(signal.SIGKILL)
+            else:
+                for slot in self.slots:
+                    if not slot.pid and now >= slot.restart_at:
+                        self._spawn(slot)
+            time.sleep(POLL_S)
+        self.log.info("supervisor stopped", failed=self.failed)
+        return 1 if self.failed else 0
+
+    def _on_stop_signal(self, signum: int, _frame: object) -> None:
+        if not self.stopping:
+            self.log.info("draining all workers", signal=signal.Signals(signum).name)
+        self.stopping = True
+        self._signal_all(signal.SIGTERM)
+
+    def _signal_all(self, sig: int) -> None:
+        for slot in self.slots:
+            if slot.pid:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(slot.pid, sig)
+
+    def _spawn(self, slot: _Slot) -> None:
+        cfg = worker_config(self.config, slot.index)
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)
+                from gateway.server import run
+
+                code = run(cfg, reuse_port=True)
+            finally:
+                os._exit(code)
+        slot.pid, slot.started = pid, time.monotonic()
+        self.log.info("worker started", worker=slot.index, worker_pid=pid)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            slot = next((s for s in self.slots if s.pid == pid), None)
+            if slot is not None:
+                self._exited(slot, status)
+
+    def _exited(self, slot: _Slot, status: int) -> None:
+        code = os.waitstatus_to_exitcode(status)
+        lived = time.monotonic() - slot.started
+        slot.pid = 0
+        if self.stopping:
+            self.log.info("worker stopped", worker=slot.index, exit=code)
+            if code != 0:
+                self.failed = True
+            return
+        if code == 0:
+            self.log.info("worker exited cleanly; starting it again", worker=slot.index)
+            slot.fast_fails, slot.restart_at = 0, 0.0
+            return
+        slot.fast_fails = slot.fast_fails + 1 if lived < FAST_FAIL_S else 1
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+        if slot.fast_fails > MAX_FAST_FAILS:
+            self.log.error(
+                "worker keeps failing at start; giving up (see its log above)",
+                worker=slot.index,
+                tries=slot.fast_fails,
+                last=how,
+            )
+            self.failed = True
+            self.stopping = True
+            self._signal_all(signal.SIGTERM)
+            return
+        delay = min(BACKOFF_CAP_S, 0.5 * 2 ** (slot.fast_fails - 1))
+        slot.restart_at = time.monotonic() + delay
+        self.log.warning(
+            "worker died; restarting", worker=slot.index, how=how, lived_s=round(lived, 1),
+            restart_in_s=delay,
+        )  # fmt: skip
+
+
+def supervise(config: Config) -> int:
+    configure(config.log_format, config.log_level)
+    return Supervisor(config).run()

@@ -1,0 +1,106 @@
+r"""Snowflake worker ids leased in Redis, so that two live workers never share one.
+
+Keys: `<p>wid:<n>` (n in 0..1023) → the owner's node id, TTL `ttl_s` (60 s). A worker
+acquires the first free id from a random starting point in one script (SET NX over the
+range), renews it every `ttl_s / 4` by compare-and-set, and deletes it on a clean exit.
+
+A renewal that finds the key gone (it expired while Redis was unreachable, or Redis lost
+its data) takes it back if it is still free; one that finds it owned by another worker
+moves to a fresh id at once. Between the other worker's acquisition and that renewal the
+two could mint an id in the same millisecond with the same sequence number: the message
+table's primary key refuses the duplicate (the batch fails as `unavailable` and the
+client's retry succeeds), so nothing is silently overwritten.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Final
+
+import redis.asyncio as aioredis
+
+from storage.models import StoreUnavailable
+from storage.redis.errors import unavailable
+from storage.snowflake import MAX_WORKER
+
+LEASE_TTL_S: Final = 60
+
+# KEYS: none (the key names are built from ARGV so one script covers the range).
+# ARGV: prefix, owner, ttl_ms, start, count. Returns the acquired id, or -1.
+_ACQUIRE = """
+local prefix, owner, ttl, start, count = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]),
+  tonumber(ARGV[5])
+for i = 0, count - 1 do
+  local n = (start + i) % count
+  if redis.call('SET', prefix .. 'wid:' .. n, owner, 'NX', 'PX', ttl) then return n end
+end
+return -1
+"""
+
+# KEYS[1]: the lease key. ARGV: owner, ttl_ms. 1 renewed or re-taken, 0 owned by another.
+_RENEW = """
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
+if not cur then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class WorkerIdLease:
+    """One worker's lease. `worker_id` is -1 until `acquire` succeeds."""
+
+    def __init__(
+        self, client: aioredis.Redis, *, prefix: str, owner: str, ttl_s: float = LEASE_TTL_S
+    ) -> None:
+        self._client = client
+        self._prefix = prefix
+        self.owner = owner
+        self.ttl_ms = int(ttl_s * 1000)
+        self.worker_id = -1
+        self._acquire = client.register_script(_ACQUIRE)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    @property
+    def renew_every_s(self) -> float:
+        return self.ttl_ms / 4000
+
+    def key(self, n: int) -> str:
+        return f"{self._prefix}wid:{n}"
+
+    async def acquire(self) -> int:
+        """Take a free id; StoreUnavailable when Redis is unreachable or all are taken."""
+        start = random.randrange(MAX_WORKER + 1)
+        args: list[str | int] = [self._prefix, self.owner, self.ttl_ms, start, MAX_WORKER + 1]
+        with unavailable("worker id lease"):
+            n = int(await self._acquire(keys=[], args=args))
+        if n < 0:
+            raise StoreUnavailable(
+                f"redis: all {MAX_WORKER + 1} snowflake worker ids are leased "
+                f"(keys {self._prefix}wid:*); too many live workers share this Redis"
+            )
+        self.worker_id = n
+        return n
+
+    async def renew(self) -> bool:
+        """Keep the lease; True when the id changed (it was taken by another worker)."""
+        with unavailable("worker id renewal"):
+            kept = int(
+                await self._renew(keys=[self.key(self.worker_id)], args=[self.owner, self.ttl_ms])
+            )
+        if kept:
+            return False
+        await self.acquire()
+        return True
+
+    async def release(self) -> None:
+        if self.worker_id < 0:
+            return
+        with unavailable("worker id release"):
+            await self._release(keys=[self.key(self.worker_id)], args=[self.owner])
+        self.worker_id = -1
