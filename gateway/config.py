@@ -91,16 +91,14 @@ class Config:
             )
         if self.workers < 1 or self.drain_rate < 0 or self.sync_hint_spread_s < 0:
             raise ConfigError("need workers >= 1, drain_rate >= 0, sync_hint_spread_s >= 0")
-        if self.workers > 1:
-            if self.port == 0:
-                raise ConfigError("--workers needs a fixed --port (the workers share it)")
-            if not self.cache.startswith(("redis://", "rediss://")) or not self.bus.startswith(
-                ("amqp://", "amqps://")
-            ):
-                raise ConfigError(
-                    "--workers N needs a shared route store and bus so that workers reach "
-                    "each other's connections: pass --cache redis://... and --bus amqp://..."
-                )
+        shared = self.cache.startswith(("redis://", "rediss://")) and self.bus.startswith(
+            ("amqp://", "amqps://")
+        )
+        if self.workers > 1 and not shared:
+            raise ConfigError(
+                "--workers N needs a shared route store and bus so that workers reach "
+                "each other's connections: pass --cache redis://... and --bus amqp://..."
+            )
         if self.log_format not in ("console", "json"):
             raise ConfigError("log_format must be console or json")
         for name, url in (("store", self.store_url()), ("cache", self.cache), ("bus", self.bus)):

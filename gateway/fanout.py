@@ -4,12 +4,13 @@ Deliveries requested in the same event-loop iteration (all the acks of one group
 land in one) are resolved together: one route lookup for the union of their users (one
 Redis round trip, not one per message), then each frame written to its local connections
 and, for users on other nodes, one bus publish per node carrying every frame for it.
-Best effort: a failed lookup or publish is logged and counted; receivers catch up with
-SYNC/PULL.
+Best effort: a failed lookup is logged and counted, a failed publish is counted by the
+bus (it never raises); receivers catch up with SYNC/PULL.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
@@ -82,9 +83,10 @@ class FanOut:
             for target, conn_ids in far.items():
                 remote[target].append([conn_ids, d.payload])
         node.metrics.pushes.inc(pushes)
-        for target, items in remote.items():
-            try:
-                await node.bus.publish(target, msgpack.packb([BUS_FRAMES, items]))
-            except Exception as e:
-                node.metrics.fanout_failures.inc()
-                node.log.warning("bus publish failed", node=target, error=repr(e))
+        if remote:  # one publish per node, all at once (each may wait for a broker confirm)
+            await asyncio.gather(
+                *(
+                    node.bus.publish(t, msgpack.packb([BUS_FRAMES, items]))
+                    for t, items in remote.items()
+                )
+            )

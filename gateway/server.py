@@ -264,6 +264,10 @@ def run(config: Config, *, reuse_port: bool = False) -> int:
 
     async def main() -> int:
         server = Server(config, reuse_port=reuse_port)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):  # a signal while starting counts too
+            loop.add_signal_handler(sig, stop.set)
         try:
             await server.start()
         except (StoreUnavailable, BackendError, OSError) as e:
@@ -272,10 +276,12 @@ def run(config: Config, *, reuse_port: bool = False) -> int:
                 await server.backends.store.close()
             await server._end_lease()
             return 1
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, lambda: loop.create_task(server.shutdown()))
-        await server.wait_stopped()
+        stopped = loop.create_task(server.wait_stopped())  # `imgw drain` over admin HTTP
+        signalled = loop.create_task(stop.wait())
+        await asyncio.wait([signalled, stopped], return_when=asyncio.FIRST_COMPLETED)
+        signalled.cancel()
+        await server.shutdown()  # a no-op when a drain is already under way
+        await stopped
         return 0
 
     return uvloop.run(main())

@@ -133,7 +133,7 @@ class Supervisor:
         slot.pid = 0
         if self.stopping:
             self.log.info("worker stopped", worker=slot.index, exit=code)
-            if code != 0:
+            if code not in (0, -signal.SIGTERM):  # SIGTERM before its handler was set
                 self.failed = True
             return
         if code == 0:

@@ -21,9 +21,12 @@ class LocalBus:
             self.unroutable += 1
             return
         self.published += 1
-        result = self._handler(payload)
-        if inspect.isawaitable(result):
-            await result
+        try:
+            result = self._handler(payload)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            self.dead_lettered += 1
 
     async def close(self) -> None:
         self._handler = None

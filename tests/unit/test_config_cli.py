@@ -39,6 +39,8 @@ def test_flags_parse_into_config() -> None:
         ({"token_keys": ("bad kid!:x",)}, "bad token key"),
         ({"token_keys": ("k:s",), "hb": 80}, "hb < idle"),
         ({"token_keys": ("k:s",), "store": "nonsense"}, "must be a URL"),
+        ({"token_keys": ("k:s",), "workers": 2}, "needs a shared route store and bus"),
+        ({"token_keys": ("k:s",), "drain_rate": -1}, "drain_rate >= 0"),
     ],
 )
 def test_validation_says_what_to_do(overrides: dict[str, object], message: str) -> None:
@@ -69,3 +71,31 @@ def test_serve_refuses_public_host_without_keys() -> None:
         capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin"},
     )  # fmt: skip
     assert res.returncode == 2 and "--token-key" in res.stderr
+
+
+def test_cluster_flags_parse_into_config() -> None:
+    args = build_parser().parse_args(
+        ["serve", "--workers", "4", "--drain-rate", "500", "--reconnect-hint", "lb:7070",
+         "--sync-hint-spread", "2.5", "--cache", "redis://h/0", "--bus", "amqp://h/"]
+    )  # fmt: skip
+    cfg = config_from_args(args)
+    assert (cfg.workers, cfg.drain_rate, cfg.reconnect_hint) == (4, 500.0, "lb:7070")
+    assert cfg.sync_hint_spread_s == 2.5
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "say which node: --admin HOST:PORT or --pid PID"),
+        (["--pid", "999999999"], "no process 999999999"),
+        (["--pid", "1", "--rate", "5"], "--rate and --hint need --admin"),
+        (["--admin", "127.0.0.1:1"], "cannot reach the admin port 127.0.0.1:1"),
+        (["--admin", "nowhere"], "bad address"),
+    ],
+)
+def test_drain_command_errors_say_what_to_do(argv: list[str], message: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "drain", *argv], capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    assert message in out.stderr

@@ -1,0 +1,86 @@
+"""The admin port (/healthz, /readyz, /metrics) and draining a node: POST /drain (what
+`imgw drain --admin` sends) moves every client away with KICK draining and the reconnect
+hint, paced at the asked rate, then the node stops."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from gateway.server import Server
+from protocol.frames import Kick
+from protocol.ops import KickReason
+from tests.conftest import StartGateway
+from tests.support.proc import free_port
+from tests.support.wire import Wire
+
+pytestmark = pytest.mark.backends("embedded")
+
+
+async def http(port: int, method: str, target: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"{method} {target} HTTP/1.0\r\n\r\n".encode())
+    raw = await asyncio.wait_for(reader.read(), timeout=5)
+    writer.close()
+    head, _, body = raw.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+@pytest.fixture
+async def admin_gw(start_gateway: StartGateway) -> tuple[Server, int]:
+    port = free_port()
+    return await start_gateway(admin_port=port), port
+
+
+async def test_health_ready_and_metrics(admin_gw: tuple[Server, int]) -> None:
+    gw, admin = admin_gw
+    w = await Wire.login(gw.port, 1, "d")
+    assert await http(admin, "GET", "/healthz") == (200, "ok\n")
+    assert await http(admin, "GET", "/readyz") == (200, "ready\n")
+    status, body = await http(admin, "GET", "/metrics")
+    assert status == 200
+    assert "imgw_sessions 1.0" in body
+    assert "imgw_bus_lost_total 0.0" in body  # the bus adapter's counters are exported
+    assert (await http(admin, "GET", "/nope"))[0] == 404
+    await w.close()
+
+
+async def test_drain_refuses_bad_requests(admin_gw: tuple[Server, int]) -> None:
+    gw, admin = admin_gw
+    assert (await http(admin, "GET", "/drain"))[0] == 405  # state changes need POST
+    assert (await http(admin, "POST", "/drain?rate=fast"))[0] == 400
+    assert (await http(admin, "POST", "/drain?rate=-1"))[0] == 400
+    assert gw.node is not None and gw.node.accepting  # none of them started a drain
+
+
+async def test_drain_kicks_everyone_with_the_hint_and_stops(admin_gw: tuple[Server, int]) -> None:
+    gw, admin = admin_gw
+    port = gw.port
+    wires = [await Wire.login(port, uid, "d") for uid in range(1, 4)]
+    assert await http(admin, "POST", "/drain?rate=0&hint=10.0.0.2:7070") == (202, "draining\n")
+    for w in wires:
+        assert await w.closed() == [Kick(KickReason.DRAINING, "server draining", "10.0.0.2:7070")]
+    await asyncio.wait_for(gw.wait_stopped(), timeout=10)
+    with pytest.raises(OSError):  # no longer accepting
+        await Wire.login(port, 9, "d")
+
+
+async def test_drain_paces_kicks_at_the_asked_rate(admin_gw: tuple[Server, int]) -> None:
+    gw, admin = admin_gw
+    wires = [await Wire.login(gw.port, uid, "d") for uid in range(1, 31)]
+    started = time.monotonic()
+    assert (await http(admin, "POST", "/drain?rate=100"))[0] == 202
+    assert (await http(admin, "POST", "/drain"))[0] == 409  # already draining
+
+    async def kicked_at(w: Wire) -> float:
+        frames = await w.closed(timeout=10)
+        assert frames == [Kick(KickReason.DRAINING, "server draining", "")]
+        return time.monotonic() - started
+
+    times = sorted(await asyncio.gather(*(kicked_at(w) for w in wires)))
+    # 30 kicks at 100/s take about 0.3 s; all at once would take a few ms.
+    assert times[-1] - times[0] >= 0.2
+    assert times[-1] < 5
+    await asyncio.wait_for(gw.wait_stopped(), timeout=10)
