@@ -27,6 +27,7 @@ from protocol.errors import FrameError
 from protocol.frames import (
     ConvOk,
     Error,
+    GroupCreate,
     Kick,
     Login,
     LoginOk,
@@ -138,6 +139,11 @@ class LoadConnection(asyncio.Protocol):
 
     async def open_p2p(self, peer_uid: int, *, timeout: float) -> int:
         reply = await self._call(OpenP2P, peer_uid, timeout=timeout)
+        assert isinstance(reply, ConvOk)
+        return reply.conv_id
+
+    async def group_create(self, title: str, uids: list[int], *, timeout: float) -> int:
+        reply = await self._call(GroupCreate, title, tuple(uids), timeout=timeout)
         assert isinstance(reply, ConvOk)
         return reply.conv_id
 

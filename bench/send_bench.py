@@ -34,32 +34,36 @@ import contextlib
 import json
 import math
 import multiprocessing as mp
-import os
-import platform
 import queue
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
-from hdrh.histogram import HdrHistogram
-
+from bench.common import (
+    BenchError,
+    Gateway,
+    GatewaySpec,
+    Sampler,
+    find_pid,
+    hist_of,
+    log,
+    machine_info,
+    ms,
+    new_hist,
+    record_us,
+)
 from bench.limits import raise_nofile
 from bench.loadclient import LoadConnection, RequestFailed, connect, stamp_of, stamped_content
 from protocol.frames import Push
 from protocol.token import sign_token
 
-HIST_MIN_US: Final = 1
-HIST_MAX_US: Final = 60_000_000
-HIST_DIGITS: Final = 3
 UID_SPAN: Final = 1_000_000_000  # a run's uids: a random block of this size
 DEVICE: Final = "bench"
 P99_GOAL_MS: Final = 50.0
@@ -68,20 +72,6 @@ PING_EVERY_S: Final = 20.0  # keeps quiet connections under the gateway's idle t
 PROGRESS_EVERY_S: Final = 1.0
 TICK_S: Final = 0.001
 PUSH_GRACE_S: Final = 2.0  # after the last ACK, how long to wait for missing PUSHes
-MYSQL_HOW: Final = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"
-CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
-
-
-def new_hist() -> HdrHistogram:
-    return HdrHistogram(HIST_MIN_US, HIST_MAX_US, HIST_DIGITS)
-
-
-def record_us(hist: HdrHistogram, ns: int) -> None:
-    hist.record_value(min(max(ns // 1000, HIST_MIN_US), HIST_MAX_US))
-
-
-def log(msg: str) -> None:
-    print(f"[send_bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 # === Generator process ================================================================
@@ -96,8 +86,9 @@ class WorkerSpec:
     port: int
     kid: str
     secret: str
-    uid0: int  # pair p of this process is users uid0 + 2p + 1 and uid0 + 2p + 2
-    pairs: int
+    uid0: int  # unit u of this process is users uid0 + g*u + 1 .. uid0 + g*u + g
+    pairs: int  # units: p2p pairs (group_size 2) or groups
+    group_size: int
     run_id: str
     content_size: int
     connect_concurrency: int
@@ -203,7 +194,8 @@ class Generator:
         exp = int(time.time()) + 7 * 86_400
         sem = asyncio.Semaphore(spec.connect_concurrency)
         placeholder = StepRecorder(StepSpec(-1, 0, 0, 0, 0, 0), "")
-        uids = [spec.uid0 + i + 1 for i in range(2 * spec.pairs)]
+        g = spec.group_size
+        uids = [spec.uid0 + i + 1 for i in range(g * spec.pairs)]
 
         async def one(uid: int) -> LoadConnection:
             token = sign_token(spec.kid, spec.secret, uid, DEVICE, exp)
@@ -224,8 +216,12 @@ class Generator:
 
         async def open_pair(p: int) -> int:
             async with sem:
-                a, b = self.conns[2 * p], self.conns[2 * p + 1]
-                return await a.open_p2p(b.uid, timeout=min(30.0, self.remaining_s()))
+                members = self.conns[g * p : g * p + g]
+                timeout = min(30.0, self.remaining_s())
+                if g == 2:
+                    return await members[0].open_p2p(members[1].uid, timeout=timeout)
+                uids = [c.uid for c in members]
+                return await members[0].group_create("bench", uids, timeout=timeout)
 
         self.convs = list(await asyncio.gather(*(open_pair(p) for p in range(spec.pairs))))
 
@@ -238,7 +234,7 @@ class Generator:
         interval = 1e9 / step.rate
         # Send k is intended at start + k * interval; the last is before the window ends.
         k_end = math.ceil((step.win_end_ns - step.start_ns) / interval)
-        n = spec.pairs
+        n, g = spec.pairs, spec.group_size
         conns, convs, padding = self.conns, self.convs, self.padding
         done = self.loop.create_future()
         state = {"k": 0}
@@ -256,7 +252,7 @@ class Generator:
             while k < due:
                 intended = step.start_ns + int(k * interval)
                 pair = k % n
-                sender = conns[2 * pair + ((k // n) & 1)]
+                sender = conns[g * pair + (k // n) % g]
                 sender.send(
                     convs[pair], f"{prefix}{k}", stamped_content(intended, padding), intended
                 )
@@ -302,7 +298,7 @@ class Generator:
             while rec.window_pending > 0 and time.monotonic() < drain_until:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
             push_until = min(drain_until, time.monotonic() + PUSH_GRACE_S)
-            while rec.pushes < rec.acked and time.monotonic() < push_until:  # noqa: ASYNC110
+            while rec.pushes < rec.acked * (g - 1) and time.monotonic() < push_until:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
         finally:
             reporter.cancel()
@@ -370,46 +366,6 @@ def worker_main(spec: WorkerSpec, ctrl: Any, out: Any) -> None:
 # === Driver: gateway, database, resource sampling =====================================
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def proc_cpu_ticks(pid: int) -> int | None:
-    """utime + stime of `pid` (clock ticks), or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
-
-
-def proc_rss(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def find_pid(*names: str) -> int | None:
-    """The first process whose comm is one of `names` (e.g. the local mariadbd)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm") as f:
-                    if f.read().strip() in names:
-                        return int(entry)
-            except OSError:
-                continue
-    return None
-
-
 GATEWAY_SERIES: Final = (
     "imgw_send_batch_size_sum",
     "imgw_send_batch_size_count",
@@ -461,209 +417,7 @@ def gateway_view(before: dict[str, float] | None, after: dict[str, float] | None
     }
 
 
-@dataclass
-class Sampler:
-    """CPU and RSS of a few processes, once a second."""
-
-    pids: dict[str, int]
-    samples: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)
-    last: float = 0.0
-
-    def sample(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < 1.0:
-            return
-        self.last = now
-        for name, pid in self.pids.items():
-            ticks, rss = proc_cpu_ticks(pid), proc_rss(pid)
-            if ticks is not None and rss is not None:
-                self.samples.setdefault(name, []).append((now, ticks, rss))
-
-    def between(self, name: str, t0: float, t1: float) -> tuple[float | None, int | None]:
-        """(mean CPU %, max RSS) of `name` over samples taken in [t0, t1]."""
-        rows = [s for s in self.samples.get(name, []) if t0 <= s[0] <= t1]
-        if len(rows) < 2:
-            return None, max((r[2] for r in rows), default=None)
-        cpu = 100.0 * (rows[-1][1] - rows[0][1]) / CLK_TCK / (rows[-1][0] - rows[0][0])
-        return round(cpu, 1), max(r[2] for r in rows)
-
-    def max_rss(self, name: str) -> int | None:
-        return max((r[2] for r in self.samples.get(name, [])), default=None)
-
-
-def require_mysql(url: str) -> None:
-    parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 3306
-    try:
-        socket.create_connection((host, port), timeout=2).close()
-    except OSError as e:
-        raise SystemExit(
-            f"send_bench: MariaDB is not reachable on {host}:{port} ({e}); start it: {MYSQL_HOW}"
-        ) from None
-
-
-def drop_database(url: str) -> None:
-    import pymysql
-
-    parts = urlsplit(url)
-    conn = pymysql.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 3306,
-        user=parts.username or "root",
-        password=parts.password or "",
-        autocommit=True,
-        connect_timeout=5,
-    )
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"DROP DATABASE IF EXISTS `{parts.path.lstrip('/')}`")
-    finally:
-        conn.close()
-
-
-def drop_redis_prefix(url: str) -> None:
-    """Delete the keys under the URL's ?prefix= (all of the bench's run); nothing without
-    a prefix, so a shared Redis is never wiped."""
-    import asyncio
-
-    from storage.redis import redis_from_url
-
-    async def drop() -> int:
-        client, prefix = redis_from_url(url)
-        try:
-            if not prefix:
-                return 0
-            keys = [k async for k in client.scan_iter(match=prefix + "*", count=1000)]
-            for i in range(0, len(keys), 1000):
-                await client.delete(*keys[i : i + 1000])
-            return len(keys)
-        finally:
-            await client.aclose()
-
-    n = asyncio.run(drop())
-    log(f"deleted {n} Redis keys under the bench's prefix")
-
-
-class Gateway:
-    """An `imgw serve` subprocess on a fresh backend, stopped with SIGTERM."""
-
-    def __init__(self, args: argparse.Namespace, workdir: Path, kid: str, secret: str) -> None:
-        self.args = args
-        self.workdir = workdir
-        self.host = "127.0.0.1"
-        self.port = args.port or free_port(self.host)
-        self.admin_port = free_port(self.host)
-        self.created_db: str | None = None
-        self.log_path = Path(args.gateway_log) if args.gateway_log else workdir / "gateway.log"
-        if args.embedded:
-            self.store = f"sqlite:///{workdir / 'data' / 'imgw.db'}"
-        elif args.store:
-            self.store = args.store
-        else:
-            name = f"imgw_bench_{secrets.token_hex(4)}"
-            self.store = f"mysql://root:@127.0.0.1:3306/{name}"
-        self.cache = args.cache or "memory://"
-        self.kid, self.secret = kid, secret
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.exit_code: int | None = None
-
-    def migrate(self, timeout: float) -> None:
-        if self.args.embedded or self.args.store:
-            return  # the embedded store migrates itself; a given --store is used as is
-        require_mysql(self.store)
-        cmd = [sys.executable, "-m", "gateway.cli", "db", "migrate", "--store", self.store]
-        cmd += ["--shards", str(self.args.shards)]
-        self.created_db = self.store
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"imgw db migrate failed: {done.stderr.strip() or done.stdout}")
-        log(f"created database {urlsplit(self.store).path.lstrip('/')} ({self.args.shards} shards)")
-
-    def start(self, timeout: float) -> None:
-        cmd = [
-            sys.executable, "-m", "gateway.cli", "serve",
-            "--host", self.host, "--port", str(self.port),
-            "--store", self.store, "--cache", self.cache,
-            "--data-dir", str(self.workdir / "data"),
-            "--token-key", f"{self.kid}:{self.secret}",
-            "--node-id", "bench", "--log-level", "warning",
-            "--admin-port", str(self.admin_port),
-            *self.args.gateway_arg,
-        ]  # fmt: skip
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "wb") as out:
-            # Its own session: a ^C here reaches the driver only, which then stops it.
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"gateway exited with status {self.proc.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                socket.create_connection((self.host, self.port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"gateway did not listen:\n{self.log_tail()}") from None
-                time.sleep(0.05)
-        log(f"gateway pid {self.proc.pid} on {self.host}:{self.port}, store {self.store}")
-
-    @property
-    def metrics_url(self) -> str:
-        return f"http://{self.host}:{self.admin_port}/metrics"
-
-    def stop(self, timeout: float) -> int | None:
-        proc = self.proc
-        if proc is None or self.exit_code is not None:
-            return self.exit_code
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                log("gateway did not exit after SIGTERM; killing it")
-                proc.kill()
-                proc.wait(10)
-        self.exit_code = proc.returncode
-        return self.exit_code
-
-    def drop(self) -> None:
-        if self.created_db and not self.args.keep_db:
-            try:
-                drop_database(self.created_db)
-            except Exception as e:
-                log(f"could not drop the bench database: {e}")
-            if self.cache.startswith("redis"):
-                try:
-                    drop_redis_prefix(self.cache)
-                except Exception as e:
-                    log(f"could not delete the bench's Redis keys: {e}")
-
-    def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no gateway log)"
-
-
 # === Driver: steps, progress, results =================================================
-
-
-def hist_of(encoded: list[bytes]) -> HdrHistogram:
-    h = new_hist()
-    for e in encoded:
-        h.decode_and_add(e)
-    return h
-
-
-def ms(hist: HdrHistogram, pct: float | None = None) -> float:
-    if hist.get_total_count() == 0:
-        return 0.0
-    us = hist.get_max_value() if pct is None else hist.get_value_at_percentile(pct)
-    return round(float(us) / 1000.0, 3)
 
 
 class Driver:
@@ -674,7 +428,7 @@ class Driver:
         self.procs: list[Any] = []
         self.ctrls: list[Any] = []
         self.deadline = time.monotonic() + args.timeout
-        self.sampler = Sampler({})
+        self.sampler = Sampler()
         self.gateway: Gateway | None = None
         self.progress: dict[int, tuple[Any, ...]] = {}
         self.metrics_url: str | None = args.metrics_url
@@ -690,7 +444,7 @@ class Driver:
     def check_alive(self) -> None:
         gw = self.gateway
         if gw is not None and gw.proc is not None and gw.proc.poll() is not None:
-            raise RuntimeError(f"gateway exited with status {gw.proc.returncode}:\n{gw.log_tail()}")
+            raise BenchError(f"gateway exited with status {gw.proc.returncode}:\n{gw.log_tail()}")
         dead = [p for p in self.procs if p.exitcode not in (None, 0)]
         if dead:
             raise RuntimeError(f"generator process exited with status {dead[0].exitcode}")
@@ -722,10 +476,11 @@ class Driver:
         for i, n in enumerate(shares):
             spec = WorkerSpec(
                 idx=i, host=host, port=port, kid=kid, secret=secret, uid0=uid0, pairs=n,
+                group_size=args.group_size,
                 run_id=run_id, content_size=args.content_size,
                 connect_concurrency=args.connect_concurrency, deadline_ns=deadline_ns,
             )  # fmt: skip
-            uid0 += 2 * n
+            uid0 += args.group_size * n
             parent_end, child_end = self.ctx.Pipe()
             p = self.ctx.Process(target=worker_main, args=(spec, child_end, self.out), daemon=True)
             p.start()
@@ -739,7 +494,9 @@ class Driver:
                 if len(ready) == len(self.procs):
                     break
         log(
-            f"{2 * args.pairs} connections logged in, {args.pairs} conversations open "
+            f"{args.group_size * args.pairs} connections logged in, {args.pairs} "
+            f"{'p2p' if args.group_size == 2 else f'{args.group_size}-member group'} "
+            "conversations open "
             f"({time.monotonic() - t0:.1f} s, {args.procs} generator processes)"
         )
 
@@ -754,7 +511,8 @@ class Driver:
             ctrl.send(("step", step))
         log(
             f"step {index + 1}: {rate:g} msg/s for {args.warmup:g} s warmup + "
-            f"{args.duration:g} s measured ({rate / (2 * args.pairs):.1f} msg/s per uid)"
+            f"{args.duration:g} s measured "
+            f"({rate / (args.group_size * args.pairs):.1f} msg/s per uid)"
         )
         self.progress = {}
         results: dict[int, dict[str, Any]] = {}
@@ -882,17 +640,6 @@ def sustained(steps: list[dict[str, Any]]) -> float | None:
     return float(max(ok)) if ok else None
 
 
-def machine_info() -> dict[str, Any]:
-    return {
-        "nproc": os.cpu_count(),
-        "cpus_allowed": len(os.sched_getaffinity(0)),
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "platform": platform.platform(),
-        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
 def run(args: argparse.Namespace) -> int:
     raise_nofile()  # inherited by the gateway
     driver = Driver(args)
@@ -911,13 +658,20 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.spawn_gateway:
             kid, secret = "bench", secrets.token_hex(16)
-            gw = driver.gateway = Gateway(args, workdir, kid, secret)
-            result["backend"] = {"store": gw.store, "cache": gw.cache}
+            spec = GatewaySpec(
+                store=None if args.embedded else args.store or "mysql://root:@127.0.0.1:3306/",
+                cache=args.cache or "memory://", bus=args.bus, workers=args.workers,
+                shards=args.shards, port=args.port, extra=args.gateway_arg,
+                keep_data=args.keep_db,
+                log_path=Path(args.gateway_log) if args.gateway_log else None,
+            )  # fmt: skip
+            gw = driver.gateway = Gateway(spec, workdir, kid, secret)
+            result["backend"] = {"store": gw.store, "cache": gw.cache, "bus": args.bus}
+            gw.check_services()
             gw.migrate(min(60.0, driver.remaining()))
-            gw.start(min(60.0, driver.remaining()))
-            assert gw.proc is not None
+            gw.start(min(120.0, driver.remaining()))
             host, port = gw.host, gw.port
-            driver.sampler.pids["gateway"] = gw.proc.pid
+            driver.sampler.watch("gateway", gw.pids)
             driver.metrics_url = gw.metrics_url
         else:
             host, _, port_s = args.addr.rpartition(":")
@@ -925,12 +679,13 @@ def run(args: argparse.Namespace) -> int:
             kid, _, secret = args.token_key.partition(":")
             result["backend"] = {"store": args.store, "cache": args.cache, "addr": args.addr}
             if args.gateway_pid:
-                driver.sampler.pids["gateway"] = args.gateway_pid
+                gw = driver.gateway = Gateway.attach(args.gateway_pid)
+                driver.sampler.watch("gateway", gw.pids)
         store = gw.store if gw is not None else args.store or ""
         if store.startswith("mysql://"):  # a local MariaDB serves it: sample that too
             db_pid = find_pid("mariadbd", "mysqld")
             if db_pid is not None:
-                driver.sampler.pids["mariadb"] = db_pid
+                driver.sampler.watch("mariadb", lambda: [db_pid])
         driver.sampler.sample(force=True)
         driver.start_generators(host, port, kid, secret)
         for i, rate in enumerate(args.rates):
@@ -940,7 +695,14 @@ def run(args: argparse.Namespace) -> int:
         log("interrupted")
         status = 130
         result["error"] = "interrupted"
-    except (RuntimeError, TimeoutError, OSError, RequestFailed, subprocess.SubprocessError) as e:
+    except (
+        BenchError,
+        RuntimeError,
+        TimeoutError,
+        OSError,
+        RequestFailed,
+        subprocess.SubprocessError,
+    ) as e:
         log(f"failed: {e}")
         status = 1
         result["error"] = str(e)
@@ -954,18 +716,21 @@ def run(args: argparse.Namespace) -> int:
             if p.is_alive():
                 p.terminate()
                 p.join(timeout=5)
-        if gw is not None:
-            code = gw.stop(timeout=20.0)
+        if gw is not None and gw.proc is not None:
+            result["gateway_pids"] = gw.pids()
+            code = gw.stop(timeout=60.0)
             result["gateway_exit_code"] = code
             if code != 0:
                 log(f"gateway exited with status {code}:\n{gw.log_tail()}")
                 status = status or 1
-            gw.drop()
-        if gw is not None and status in (0, 130) and not args.gateway_log:  # keep it on failure
+            gw.cleanup()
+        elif gw is not None:
+            result["gateway_pids"] = gw.pids()
+        if gw is not None and gw.proc is not None and status in (0, 130) and not args.gateway_log:
             import shutil
 
             shutil.rmtree(workdir, ignore_errors=True)
-        elif gw is not None:
+        elif gw is not None and gw.proc is not None:
             log(f"gateway log: {gw.log_path}")
     result["gateway_rss_max_bytes"] = driver.sampler.max_rss("gateway")
     result["steps"] = steps
@@ -1003,7 +768,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     target.add_argument("--addr", metavar="HOST:PORT", help="a gateway that is already running")
     p.add_argument("--token-key", metavar="KID:SECRET", help="its token key (with --addr)")
-    p.add_argument("--gateway-pid", type=int, help="its pid, to sample CPU/RSS (with --addr)")
+    p.add_argument(
+        "--gateway-pid", type=int, action="append",
+        help="its pid(s), to sample CPU/RSS (with --addr; workers are found as children)",
+    )  # fmt: skip
     p.add_argument(
         "--metrics-url",
         metavar="URL",
@@ -1014,6 +782,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--store", help="store URL to use as is (default: a fresh MariaDB database)"
     )
     backend.add_argument("--cache", help="cache URL passed to the gateway (default memory://)")
+    backend.add_argument("--bus", default="local://", help="bus URL (default local://)")
+    backend.add_argument(
+        "--workers", type=int, default=1, help="gateway worker processes (needs redis and amqp)"
+    )
     backend.add_argument(
         "--embedded", action="store_true", help="embedded SQLite store in a temporary directory"
     )
@@ -1037,6 +809,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="user pairs, one p2p conversation each (default: enough that each uid "
         "sends <= 10 msg/s; the gateway limits a uid to 100 msg/s)",
     )
+    load.add_argument(
+        "--group-size", type=int, default=2,
+        help="members per conversation: 2 = p2p pairs (default), more = groups",
+    )  # fmt: skip
     load.add_argument("--procs", type=int, default=2, help="generator processes (default 2)")
     load.add_argument("--duration", type=float, default=30.0, help="measured seconds (30)")
     load.add_argument("--warmup", type=float, default=5.0, help="unmeasured seconds first (5)")
@@ -1079,7 +855,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("need --duration > 0, --warmup >= 0, --drain >= 0")
     if args.content_size < 8:
         p.error("--content-size must be >= 8 (the send time travels in the content)")
-    per_uid = top / (2 * args.pairs)
+    if not 2 <= args.group_size <= 1000:
+        p.error("--group-size must be 2..1000")
+    per_uid = top / (args.group_size * args.pairs)
     if per_uid > PER_UID_SAFE_RATE:
         log(
             f"warning: {per_uid:.0f} msg/s per uid; the gateway's default limit is 100/s "

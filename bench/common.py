@@ -1,0 +1,463 @@
+"""What every bench scenario shares: logging, latency histograms, /proc sampling of the
+gateway under test, and that gateway itself (spawned on a fresh backend, or attached to
+by pid)."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import platform
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from hdrh.histogram import HdrHistogram
+
+HIST_MIN_US: Final = 1
+HIST_MAX_US: Final = 60_000_000
+HIST_DIGITS: Final = 3
+CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
+PAGE: Final = os.sysconf("SC_PAGE_SIZE")
+START_HOW: Final = {
+    3306: "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    6379: 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
+    "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log",
+    5672: "rabbitmq-server -detached",
+}
+
+
+class BenchError(Exception):
+    """The run cannot go on; the message says why and what to do."""
+
+
+_NAME = ["bench"]
+
+
+def set_log_name(name: str) -> None:
+    _NAME[0] = name
+
+
+def log(msg: str) -> None:
+    print(f"[{_NAME[0]} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# -- latency histograms ----------------------------------------------------------------
+
+
+def new_hist() -> HdrHistogram:
+    return HdrHistogram(HIST_MIN_US, HIST_MAX_US, HIST_DIGITS)
+
+
+def record_us(hist: HdrHistogram, ns: int) -> None:
+    hist.record_value(min(max(ns // 1000, HIST_MIN_US), HIST_MAX_US))
+
+
+def hist_of(encoded: list[bytes]) -> HdrHistogram:
+    """Merge histograms encoded by several processes."""
+    h = new_hist()
+    for e in encoded:
+        h.decode_and_add(e)
+    return h
+
+
+def ms(hist: HdrHistogram, pct: float | None = None) -> float:
+    if hist.get_total_count() == 0:
+        return 0.0
+    us = hist.get_max_value() if pct is None else hist.get_value_at_percentile(pct)
+    return round(float(us) / 1000.0, 3)
+
+
+# -- /proc -----------------------------------------------------------------------------
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def proc_cpu_ticks(pid: int) -> int | None:
+    """utime + stime of `pid` (clock ticks), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
+
+
+def proc_rss(pid: int | str = "self") -> int | None:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except OSError:
+        return []
+
+
+def find_pid(*names: str) -> int | None:
+    """The first process whose comm is one of `names` (e.g. the local mariadbd)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/comm") as f:
+                    if f.read().strip() in names:
+                        return int(entry)
+            except OSError:
+                continue
+    return None
+
+
+def kernel_memory() -> dict[str, int]:
+    """Kernel memory that grows with connections: slab (socket structures) and TCP
+    buffer pages, in bytes."""
+    out = {"slab": 0, "tcp_buffers": 0}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Slab:"):
+                out["slab"] = int(line.split()[1]) * 1024
+    with open("/proc/net/sockstat") as f:
+        for line in f:
+            if line.startswith("TCP:"):
+                parts = line.split()
+                out["tcp_buffers"] = int(parts[parts.index("mem") + 1]) * PAGE
+    return out
+
+
+def available_memory() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "nproc": os.cpu_count(),
+        "cpus_allowed": len(os.sched_getaffinity(0)),
+        "memory_available_bytes": available_memory(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "loadavg_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+@dataclass
+class Sampler:
+    """CPU and RSS of groups of processes, at most once a second. A group is a name and
+    a callable giving its current pids (a supervisor's workers change as they restart)."""
+
+    groups: dict[str, Callable[[], list[int]]] = field(default_factory=dict)
+    samples: dict[str, list[tuple[float, int, int, int]]] = field(default_factory=dict)
+    last: float = 0.0
+
+    def watch(self, name: str, pids: Callable[[], list[int]]) -> None:
+        self.groups[name] = pids
+
+    def sample(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < 1.0:
+            return
+        self.last = now
+        for name, pids_of in self.groups.items():
+            ticks = rss = alive = 0
+            for pid in pids_of():
+                t, r = proc_cpu_ticks(pid), proc_rss(pid)
+                if t is not None and r is not None:
+                    ticks, rss, alive = ticks + t, rss + r, alive + 1
+            if alive:
+                self.samples.setdefault(name, []).append((now, ticks, rss, alive))
+
+    def between(self, name: str, t0: float, t1: float) -> tuple[float | None, int | None]:
+        """(mean CPU %, max RSS) of group `name` over samples taken in [t0, t1]."""
+        rows = [s for s in self.samples.get(name, []) if t0 <= s[0] <= t1]
+        if len(rows) < 2:
+            return None, max((r[2] for r in rows), default=None)
+        cpu = 100.0 * (rows[-1][1] - rows[0][1]) / CLK_TCK / (rows[-1][0] - rows[0][0])
+        return round(cpu, 1), max(r[2] for r in rows)
+
+    def latest_rss(self, name: str) -> int | None:
+        rows = self.samples.get(name)
+        return rows[-1][2] if rows else None
+
+    def max_rss(self, name: str) -> int | None:
+        return max((r[2] for r in self.samples.get(name, [])), default=None)
+
+    def series(self, name: str, t0: float) -> list[dict[str, float]]:
+        """[{t, rss_bytes, cpu_percent}] since t0, for charts."""
+        rows = self.samples.get(name, [])
+        out = []
+        for prev, cur in itertools.pairwise(rows):
+            if cur[0] < t0:
+                continue
+            cpu = 100.0 * (cur[1] - prev[1]) / CLK_TCK / max(1e-3, cur[0] - prev[0])
+            out.append({"t": round(cur[0] - t0, 2), "rss_bytes": cur[2], "cpu_percent": cpu})
+        return out
+
+
+# -- backing services -------------------------------------------------------------------
+
+
+def require_port(host: str, port: int, name: str) -> None:
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as e:
+        how = START_HOW.get(port, "")
+        raise BenchError(f"{name} is not reachable on {host}:{port} ({e}); start it: {how}") from e
+
+
+def drop_database(url: str) -> None:
+    import pymysql
+
+    parts = urlsplit(url)
+    conn = pymysql.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=parts.username or "root",
+        password=parts.password or "",
+        autocommit=True,
+        connect_timeout=5,
+    )
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{parts.path.lstrip('/')}`")
+    finally:
+        conn.close()
+
+
+def drop_redis_prefix(url: str) -> int:
+    """Delete the keys under the URL's ?prefix= (all of the bench's run); nothing without
+    a prefix, so a shared Redis is never wiped."""
+    import asyncio
+
+    from storage.redis import redis_from_url
+
+    async def drop() -> int:
+        client, prefix = redis_from_url(url)
+        try:
+            if not prefix:
+                return 0
+            n = 0
+            batch: list[bytes] = []
+            async for k in client.scan_iter(match=prefix + "*", count=5000):
+                batch.append(k)
+                if len(batch) >= 5000:
+                    n += await client.delete(*batch)
+                    batch = []
+            if batch:
+                n += await client.delete(*batch)
+            return n
+        finally:
+            await client.aclose()
+
+    return asyncio.run(drop())
+
+
+def _with_query(url: str, **params: str) -> str:
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query.update(params)
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+# -- the gateway under test --------------------------------------------------------------
+
+
+@dataclass
+class GatewaySpec:
+    """How to start `imgw serve`. `store`: None for the embedded default; a mysql:// URL
+    without a database name gets a fresh database `imgw_bench_<random>` (dropped after
+    the run unless keep_data). A redis:// cache without ?prefix= gets a private prefix
+    (its keys deleted after the run)."""
+
+    store: str | None = None
+    cache: str = "memory://"
+    bus: str = "local://"
+    workers: int = 1
+    shards: int = 16
+    port: int = 0
+    hb: int = 30
+    idle: int = 75
+    extra: list[str] = field(default_factory=list)
+    keep_data: bool = False
+    log_path: Path | None = None
+
+
+class Gateway:
+    """An `imgw serve` subprocess (a supervisor with workers when workers > 1), stopped
+    with SIGTERM; or, with `attach`, processes that are already running."""
+
+    def __init__(self, spec: GatewaySpec, workdir: Path, kid: str, secret: str) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        self.host = "127.0.0.1"
+        self.port = spec.port or free_port(self.host)
+        self.admin_port = free_port(self.host)
+        self.kid, self.secret = kid, secret
+        self.log_path = spec.log_path or workdir / "gateway.log"
+        self.fresh_db: str | None = None
+        self.fresh_cache: str | None = None
+        self.store = spec.store or f"sqlite:///{workdir / 'data' / 'imgw.db'}"
+        if self.store.startswith("mysql://") and urlsplit(self.store).path in ("", "/"):
+            parts = urlsplit(self.store)
+            self.store = self.fresh_db = urlunsplit(
+                parts._replace(path=f"/imgw_bench_{secrets.token_hex(4)}")
+            )
+        self.cache = spec.cache
+        if self.cache.startswith("redis") and "prefix" not in dict(
+            parse_qsl(urlsplit(self.cache).query)
+        ):
+            self.cache = self.fresh_cache = _with_query(
+                self.cache, prefix=f"imgwbench:{secrets.token_hex(4)}:"
+            )
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit_code: int | None = None
+        self.attached: list[int] = []
+
+    @classmethod
+    def attach(cls, pids: list[int]) -> Gateway:
+        gw = cls.__new__(cls)
+        gw.proc, gw.attached, gw.exit_code = None, list(pids), None
+        gw.fresh_db = gw.fresh_cache = None
+        gw.store = gw.cache = ""
+        return gw
+
+    def pids(self) -> list[int]:
+        """The gateway's processes: the supervisor and its workers, or the attached."""
+        roots = [self.proc.pid] if self.proc is not None else self.attached
+        out = []
+        for pid in roots:
+            out.append(pid)
+            out.extend(children_of(pid))
+        return out
+
+    def check_services(self) -> None:
+        for url, port, name in (
+            (self.store, 3306, "MariaDB"), (self.cache, 6379, "Redis"),
+            (self.spec.bus, 5672, "RabbitMQ"),
+        ):  # fmt: skip
+            if url.startswith(("mysql://", "redis://", "amqp://")):
+                parts = urlsplit(url)
+                require_port(parts.hostname or "127.0.0.1", parts.port or port, name)
+
+    def migrate(self, timeout: float) -> None:
+        if not self.store.startswith("mysql://"):
+            return  # the embedded store migrates itself
+        cmd = [sys.executable, "-m", "gateway.cli", "db", "migrate", "--store", self.store]
+        cmd += ["--shards", str(self.spec.shards)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        if done.returncode != 0:
+            raise BenchError(f"imgw db migrate failed: {done.stderr.strip() or done.stdout}")
+        log(f"database {urlsplit(self.store).path.lstrip('/')} ready ({self.spec.shards} shards)")
+
+    def start(self, timeout: float) -> None:
+        spec = self.spec
+        cmd = [
+            sys.executable, "-m", "gateway.cli", "serve",
+            "--host", self.host, "--port", str(self.port),
+            "--store", self.store, "--cache", self.cache, "--bus", spec.bus,
+            "--data-dir", str(self.workdir / "data"),
+            "--token-key", f"{self.kid}:{self.secret}",
+            "--node-id", f"bench-{secrets.token_hex(2)}", "--log-level", "warning",
+            "--admin-port", str(self.admin_port), "--workers", str(spec.workers),
+            "--hb", str(spec.hb), "--idle", str(spec.idle),
+            *spec.extra,
+        ]  # fmt: skip
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            # Its own session: a ^C here reaches the driver only, which then stops it.
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.exit_code = None
+        deadline = time.monotonic() + timeout
+        want = spec.workers + 1 if spec.workers > 1 else 1
+        while True:
+            if self.proc.poll() is not None:
+                raise BenchError(
+                    f"gateway exited with status {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                socket.create_connection((self.host, self.port), timeout=1).close()
+                if len(self.pids()) >= want:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise BenchError(f"gateway did not listen in {timeout:g} s:\n{self.log_tail()}")
+            time.sleep(0.05)
+        log(
+            f"gateway pid {self.proc.pid} ({spec.workers} worker(s)) on {self.host}:{self.port}; "
+            f"store {self.store}, cache {self.cache}, bus {spec.bus}"
+        )
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}/metrics"
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        return all(proc_rss(p) is not None for p in self.attached)
+
+    def kill(self) -> None:
+        """SIGKILL the gateway and its workers (a crash)."""
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(30)
+            self.exit_code = self.proc.returncode
+
+    def stop(self, timeout: float) -> int | None:
+        proc = self.proc
+        if proc is None or self.exit_code is not None:
+            return self.exit_code
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                log("gateway did not exit after SIGTERM; killing it")
+                self.kill()
+        self.exit_code = proc.returncode
+        return self.exit_code
+
+    def cleanup(self) -> None:
+        if self.spec.keep_data:
+            return
+        if self.fresh_db:
+            try:
+                drop_database(self.fresh_db)
+                log(f"dropped database {urlsplit(self.fresh_db).path.lstrip('/')}")
+            except Exception as e:
+                log(f"could not drop the bench database: {e}")
+        if self.fresh_cache:
+            try:
+                n = drop_redis_prefix(self.fresh_cache)
+                log(f"deleted {n} Redis keys under the bench's prefix")
+            except Exception as e:
+                log(f"could not delete the bench's Redis keys: {e}")
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no gateway log)"
