@@ -120,6 +120,10 @@ class LoadConnection(asyncio.Protocol):
         self._next_rid += 1
         return self._next_rid
 
+    async def request(self, frame_of_rid: type, *args: object, timeout: float) -> object:
+        """Any request: `frame_of_rid(rid, *args)`; its reply (ERROR raises)."""
+        return await self._call(frame_of_rid, *args, timeout=timeout)
+
     async def _call(self, frame_of_rid: type, *args: object, timeout: float) -> object:
         if self.closed or self.transport is None:
             raise RequestFailed(f"uid {self.uid}: connection closed")

@@ -57,6 +57,7 @@ from bench.common import (
     machine_info,
     ms,
     new_hist,
+    proc_rss,
     record_us,
 )
 from bench.limits import raise_nofile
@@ -324,6 +325,7 @@ class Generator:
             "lag_hist": rec.lag_hist.encode(),
             "cpu_percent": 100.0 * cpu_s / window_s if window_s > 0 else 0.0,
             "closed_conns": sum(1 for c in conns if c.closed),
+            "rss": proc_rss() or 0,
         }
 
     def close(self) -> None:
@@ -596,6 +598,7 @@ class Driver:
             "loadgen_lag_max_ms": ms(lag),
             "kicks": kicks,
             "closed_connections": sum(r["closed_conns"] for r in rows),
+            "loadgen_rss_bytes": sum(r.get("rss", 0) for r in rows),
         }
         return step
 
@@ -666,7 +669,12 @@ def run(args: argparse.Namespace) -> int:
                 log_path=Path(args.gateway_log) if args.gateway_log else None,
             )  # fmt: skip
             gw = driver.gateway = Gateway(spec, workdir, kid, secret)
-            result["backend"] = {"store": gw.store, "cache": gw.cache, "bus": args.bus}
+            result["backend"] = {
+                "store": gw.store,
+                "cache": gw.cache,
+                "bus": args.bus,
+                "workers": args.workers,
+            }
             gw.check_services()
             gw.migrate(min(60.0, driver.remaining()))
             gw.start(min(120.0, driver.remaining()))

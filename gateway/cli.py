@@ -188,6 +188,12 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from bench.cli import main as bench_main
+
+    return bench_main(args.rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="imgw", description=_DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
@@ -239,6 +245,12 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--timeout", type=float, default=600, help="seconds to wait (600)")
     drain.set_defaults(func=cmd_drain)
 
+    bench = sub.add_parser(
+        "bench", add_help=False, help="load the gateway: connect, chat, group, storm, offline"
+    )
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=cmd_bench)
+
     from gateway import chat
 
     chat_p = sub.add_parser("chat", help="chat from a terminal (try imgw from two of them)")
@@ -248,6 +260,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # its own parser, options and --help included
+        from bench.cli import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     rc: int = args.func(args)
     return rc

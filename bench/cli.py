@@ -1,0 +1,296 @@
+"""`imgw bench SCENARIO`: load the gateway and report what it holds and how fast it moves
+messages.
+
+Scenarios: connect (hold N logged-in connections), chat (p2p sends at rising open-loop
+rates), group (fan-out to groups), storm (kill or restart the gateway under N clients),
+offline (receive while offline, then catch up). Every run writes `--json PATH` (default
+bench-<scenario>.json), PNG charts and a short report beside it.
+
+    imgw bench connect --connections 100000 --spawn-gateway
+    imgw bench connect --connections 1000000 --hold 300 --ramp 10000 --spawn-gateway \\
+        --store mysql://root:@127.0.0.1:3306/ --cache redis://127.0.0.1:6379/0 \\
+        --bus amqp://guest:guest@127.0.0.1:5672/
+    imgw bench chat --rates 2000,4000,6000 --spawn-gateway --store mysql://root:@127.0.0.1:3306/
+    imgw bench storm --connections 100000 --how kill --spawn-gateway --store ... \
+        --cache ... --bus ...
+
+With --spawn-gateway the bench starts `imgw serve` itself: on the embedded default, or on
+the production backends when --store/--cache/--bus are given (a mysql:// URL without a
+database gets a fresh database, dropped afterwards; a redis:// URL without ?prefix= gets
+a private prefix, deleted afterwards) with enough --workers for the connections. Without
+it, --addr HOST:PORT --token-key KID:SECRET names a running gateway, and --gateway-pid
+(repeatable; workers are found as its children) lets the bench sample its memory and CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchError, log, machine_info, set_log_name
+
+SCENARIOS = ("connect", "chat", "group", "storm", "offline")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", metavar="PATH", help="result file (default bench-SCENARIO.json)")
+    p.add_argument("--no-charts", action="store_true", help="skip the PNG charts")
+    p.add_argument("--timeout", type=float, help="hard limit for the whole run, s")
+    g = p.add_argument_group("gateway under test")
+    g.add_argument("--spawn-gateway", action="store_true", help="start imgw serve here")
+    g.add_argument("--addr", metavar="HOST:PORT", help="a running gateway instead")
+    g.add_argument("--token-key", metavar="KID:SECRET", help="its token key (with --addr)")
+    g.add_argument("--gateway-pid", type=int, action="append", help="its pid(s), to sample")
+    g.add_argument("--store", help="store URL (mysql://... ; default: embedded SQLite)")
+    g.add_argument("--cache", help="cache URL (redis://... ; default memory://)")
+    g.add_argument("--bus", help="bus URL (amqp://... ; default local://)")
+    g.add_argument(
+        "--workers", type=int,
+        help="gateway workers (default: 1 per 16,000 connections on redis+amqp, else 1)",
+    )  # fmt: skip
+    g.add_argument("--shards", type=int, default=16, help="message shards of a fresh database")
+    g.add_argument("--keep-data", action="store_true", help="keep the fresh database/keys")
+    g.add_argument(
+        "--gateway-arg", action="append", default=[], metavar="ARG",
+        help="extra imgw serve argument, repeatable (--gateway-arg=--batch-max=256)",
+    )  # fmt: skip
+
+
+def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:
+    p.add_argument("--connections", type=int, default=n, help=f"connections ({n:,})")
+    p.add_argument("--ramp", type=float, default=ramp, help=f"new connections per s ({ramp:g})")
+    p.add_argument("--hb", type=int, default=30, help="heartbeat interval, s (30)")
+    p.add_argument(
+        "--per-proc", type=int, default=15_000, help="connections per generator process (15000)"
+    )
+    p.add_argument("--sock-buf", type=int, default=4096, help="generator socket buffers (4096)")
+
+
+def _rates(p: argparse.ArgumentParser, rate: float) -> None:
+    p.add_argument("--rate", type=float, default=rate, help=f"target msg/s ({rate:g})")
+    p.add_argument("--rates", help="comma-separated rates, one step each (2000,4000,6000)")
+    p.add_argument("--duration", type=float, default=20.0, help="measured s per step (20)")
+    p.add_argument("--warmup", type=float, default=3.0, help="unmeasured s before each (3)")
+    p.add_argument("--procs", type=int, default=2, help="generator processes (2)")
+    p.add_argument("--content-size", type=int, default=64, help="message bytes (64)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="imgw bench", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="scenario", metavar="SCENARIO", required=True)
+    c = sub.add_parser("connect", help="ramp and hold logged-in connections")
+    _holders(c, 10_000, 5_000)
+    c.add_argument("--hold", type=float, default=60.0, help="seconds to hold (60)")
+    s = sub.add_parser("storm", help="kill/restart the gateway under N clients; time to recover")
+    _holders(s, 10_000, 5_000)
+    s.add_argument("--how", choices=["kill", "restart"], default="kill", help="kill -9 or SIGTERM")
+    s.add_argument("--settle", type=float, default=5.0, help="seconds held before the storm")
+    s.add_argument("--backoff-base", type=float, default=0.5, help="client backoff base, s")
+    s.add_argument("--backoff-cap", type=float, default=10.0, help="client backoff cap, s")
+    ch = sub.add_parser("chat", help="p2p sends at open-loop rates: send→ACK and send→PUSH")
+    _rates(ch, 1000)
+    ch.add_argument("--pairs", type=int, help="user pairs (default: <= 10 msg/s per user)")
+    gr = sub.add_parser("group", help="sends fanned out to groups")
+    _rates(gr, 200)
+    gr.add_argument("--group-size", type=int, default=20, help="members per group (20)")
+    gr.add_argument("--groups", type=int, help="groups (default: <= 10 msg/s per member)")
+    off = sub.add_parser("offline", help="receive while offline, then log in and catch up")
+    off.add_argument("--receivers", type=int, default=1000, help="offline users (1000)")
+    off.add_argument("--messages", type=int, default=50, help="messages each receives (50)")
+    for sp in (c, s, ch, gr, off):
+        _common(sp)
+        sp.formatter_class = argparse.RawTextHelpFormatter
+    return parser
+
+
+def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.spawn_gateway == bool(args.addr):
+        p.error("give exactly one of --spawn-gateway and --addr HOST:PORT")
+    if args.addr and (not args.token_key or ":" not in args.token_key):
+        p.error("--addr needs --token-key KID:SECRET (the gateway's key)")
+    if args.scenario == "storm" and not args.spawn_gateway:
+        p.error("storm kills and restarts the gateway: it needs --spawn-gateway")
+    args.production = bool(
+        args.cache and args.cache.startswith("redis") and args.bus and args.bus.startswith("amqp")
+    )
+    if args.scenario in ("connect", "storm"):
+        if args.connections < 1 or args.ramp <= 0:
+            p.error("need --connections >= 1 and --ramp > 0")
+        if args.spawn_gateway and not args.production and args.connections > 16_000:
+            p.error(
+                f"{args.connections:,} connections need several gateway workers (a process "
+                "holds at most 20,000 files here), which need a shared route store and bus: "
+                "pass --store mysql://root:@127.0.0.1:3306/ --cache redis://127.0.0.1:6379/0 "
+                "--bus amqp://guest:guest@127.0.0.1:5672/"
+            )
+    # The gateway's heartbeat settings: idle connections must outlive the hold.
+    args.gateway_hb = getattr(args, "hb", 30)
+    args.gateway_idle = max(75, 2 * args.gateway_hb + 15)
+    if args.timeout is None:
+        args.timeout = _default_timeout(args)
+
+
+def _default_timeout(args: argparse.Namespace) -> float:
+    if args.scenario == "connect":
+        return float(args.connections / args.ramp + args.hold + 300 + args.connections / 2_000)
+    if args.scenario == "storm":
+        return float(2 * args.connections / args.ramp + 600 + args.connections / 1_000)
+    if args.scenario in ("chat", "group"):
+        steps = len(args.rates.split(",")) if args.rates else 1
+        return float(steps * (args.duration + args.warmup + 15) + 180)
+    return 900.0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check(parser, args)
+    set_log_name(f"bench {args.scenario}")
+    json_path = Path(args.json or f"bench-{args.scenario}.json")
+    if args.scenario in ("chat", "group"):
+        result, status = _send_scenario(args)
+    else:
+        result, status = _holder_scenario(args)
+    result = {"scenario": args.scenario, **result}
+    result["command"] = ["imgw", "bench", *(argv if argv is not None else sys.argv[2:])]
+    result["machine"] = machine_info()
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    if not args.no_charts:
+        from bench.report import charts
+
+        result["charts"] = charts(json_path.with_suffix(""), result)
+    from bench.report import summary, write_json
+
+    write_json(json_path, result)
+    text = summary(result)
+    json_path.with_suffix(".md").write_text(text)
+    print(text)
+    return status
+
+
+def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    from bench.connect import default_workers, run_connect, run_storm
+    from bench.limits import raise_nofile
+    from bench.offline import run_offline
+    from bench.run import Run
+
+    raise_nofile()
+    n = getattr(args, "connections", 0)
+    workers = args.workers or default_workers(n, args.production)
+    run = Run(args, workers)
+    result: dict[str, Any] = {
+        "gateway_workers": workers,
+        "backend": {"store": args.store or "embedded", "cache": args.cache or "memory://",
+                    "bus": args.bus or "local://"},
+    }  # fmt: skip
+    status = 0
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _as_interrupt)
+    try:
+        run.start()
+        scenario = {"connect": run_connect, "storm": run_storm, "offline": run_offline}
+        result.update(scenario[args.scenario](args, run))
+    except KeyboardInterrupt:
+        log("interrupted")
+        result["error"], status = "interrupted", 130
+    except (BenchError, OSError, TimeoutError) as e:
+        log(f"failed: {e}")
+        result["error"], status = str(e), 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        pids = result.get("gateway_pids")
+        result.update(run.finish(status))
+        if pids:
+            result["gateway_pids"] = pids
+    result["duration_s"] = round(time.monotonic() - started, 1)
+    result["timeline"] = run.timeline
+    for key in ("connections_held", "drops", "gateway_rss_bytes", "gateway_rss_per_conn_bytes",
+                "generator_rss_per_conn_bytes"):  # fmt: skip
+        result.setdefault(key, None)
+    return result, status
+
+
+def _as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _send_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    """chat and group run bench.send_bench (open loop, per-process pacing timer,
+    HdrHistograms merged across processes); its result is reshaped here."""
+    from bench import send_bench
+
+    group = args.scenario == "group"
+    size = args.group_size if group else 2
+    argv = ["--group-size", str(size), "--procs", str(args.procs)]
+    argv += ["--duration", str(args.duration), "--warmup", str(args.warmup)]
+    argv += ["--content-size", str(args.content_size), "--timeout", str(args.timeout)]
+    argv += ["--rates", args.rates] if args.rates else ["--rate", str(args.rate)]
+    units = args.groups if group else args.pairs
+    if units:
+        argv += ["--pairs", str(units)]
+    elif group:
+        top = max(float(r) for r in (args.rates or str(args.rate)).split(","))
+        argv += ["--pairs", str(max(args.procs, int(top / (10 * size)) + 1))]
+    if args.spawn_gateway:
+        argv.append("--spawn-gateway")
+        argv += ["--store", args.store] if args.store else ["--embedded"]
+        for flag in ("cache", "bus", "workers"):
+            if getattr(args, flag):
+                argv += [f"--{flag}", str(getattr(args, flag))]
+        argv += ["--shards", str(args.shards)]
+        if args.keep_data:
+            argv.append("--keep-db")
+        argv += [f"--gateway-arg={a}" for a in args.gateway_arg]
+    else:
+        argv += ["--addr", args.addr, "--token-key", args.token_key]
+        for pid in args.gateway_pid or ():
+            argv += ["--gateway-pid", str(pid)]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "send.json"
+        status = send_bench.main([*argv, "--json", str(out)])
+        raw: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    return reshape_send(raw, size), status
+
+
+def _shape_step(step: dict[str, Any]) -> dict[str, Any]:
+    errors = step.get("errors") or {}
+    return {**step, "errors": sum(errors.values()), "errors_by_code": errors}
+
+
+def reshape_send(raw: dict[str, Any], group_size: int) -> dict[str, Any]:
+    steps = [_shape_step(s) for s in raw.get("steps", [])]
+    last = steps[-1] if steps else {}
+    n = group_size * int(raw.get("pairs") or 0)
+    rss = last.get("gateway_rss_bytes")
+    gen_rss = last.get("loadgen_rss_bytes")
+    closed = int(last.get("closed_connections") or 0)
+    result = {
+        "connections_target": n,
+        "connections_held": n - closed if steps else 0,
+        "drops": closed,
+        "group_size": group_size,
+        "conversations": raw.get("pairs"),
+        "gateway_workers": raw.get("backend", {}).get("workers", 1),
+        **{k: v for k, v in raw.items() if k not in ("steps", "scenario", "command", "machine")},
+        **{k: v for k, v in last.items() if k != "step"},
+        "steps": steps,
+        "gateway_rss_per_conn_bytes": round(rss / n) if rss and n else None,
+        "generator_rss_per_conn_bytes": round(gen_rss / n) if gen_rss and n else None,
+    }
+    result.setdefault("gateway_pids", [])
+    if "error" in raw:
+        result["error"] = raw["error"]
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

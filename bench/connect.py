@@ -1,0 +1,212 @@
+"""`imgw bench connect` and `imgw bench storm`.
+
+connect: ramp `--connections` logged-in connections at `--ramp` per second, hold them
+for `--hold` seconds with heartbeats every `--hb` seconds, count every connection that
+drops, and measure memory per connection: the gateway's RSS above its idle baseline,
+the generators' RSS, and the kernel's (slab and TCP buffers, both socket ends on this
+host).
+
+storm: ramp and hold the same way (each login followed by a SYNC), then kill the
+gateway (`--how kill`, SIGKILL: a crash) or restart it (`--how restart`, SIGTERM: a
+drain), start it again on the same port, and measure the time until every client has
+reconnected, logged in and synced, with the full-jitter backoff the clients used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import secrets
+import time
+from typing import Any
+
+from bench.common import Gateway, Sampler, kernel_memory, log
+from bench.fleet import Fleet, FleetView, gateway_alive, progress_line
+from bench.run import Run
+
+UID_SPAN = 10_000_000
+
+
+def _per_conn(total: int | None, base: int | None, n: int) -> int | None:
+    if total is None or base is None or n <= 0:
+        return None
+    return round((total - base) / n)
+
+
+def ramp_up(
+    run: Run, fleet: Fleet, target: int, phase: str, timeout_s: float, t0: float
+) -> tuple[FleetView, float]:
+    """Wait until `target` connections are held (or time runs out); the view and the
+    seconds it took."""
+    started = time.monotonic()
+    last_logins, last_t = 0, started
+    view = fleet.poll(0)
+    while time.monotonic() - started < timeout_s:
+        view = fleet.poll(1.0)
+        run.sample()
+        gateway_alive(run.gateway)
+        now = time.monotonic()
+        rate = (view.logins - last_logins) / max(1e-3, now - last_t)
+        last_logins, last_t = view.logins, now
+        run.timeline.append(run.point(now, view))
+        progress_line(phase, now - t0, view, target, rate, run.sampler)
+        if view.held >= target:
+            break
+    return view, time.monotonic() - started
+
+
+def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict[str, Any]:
+    """Hold for `seconds`; the minimum held, the drops, and memory at the end."""
+    view = fleet.poll(0.5)
+    drops0 = view.drops
+    held_min = view.held
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        view = fleet.poll(min(1.0, max(0.0, until - time.monotonic())))
+        run.sample()
+        gateway_alive(run.gateway)
+        held_min = min(held_min, view.held)
+        now = time.monotonic()
+        run.timeline.append(run.point(now, view))
+        progress_line("hold", now - t0, view, target, 0, run.sampler)
+    run.sample(force=True)
+    return {
+        "view": view,
+        "held_min": held_min,
+        "drops": view.drops - drops0,
+        "gateway_rss": run.sampler.latest_rss("gateway"),
+        "kernel": kernel_memory(),
+    }
+
+
+def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
+    n = args.connections
+    fleet = Fleet(
+        connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb,
+        sock_buf=args.sock_buf, timeout_s=args.timeout,
+    )  # fmt: skip
+    result: dict[str, Any] = {
+        "connections_target": n, "ramp_per_s": args.ramp, "hold_s": args.hold,
+        "heartbeat_s": args.hb, "generator_procs": fleet.procs_n,
+    }  # fmt: skip
+    run.sample(force=True)
+    base_rss = run.sampler.latest_rss("gateway")
+    base_kernel = kernel_memory()
+    t0 = time.monotonic()
+    run.t0 = t0
+    log(
+        f"ramping {n:,} connections at {args.ramp:,.0f}/s from {fleet.procs_n} generator "
+        f"processes (source addresses {fleet.src_ip(0)}..), heartbeat every {args.hb} s"
+    )
+    fleet.start(run.host, run.port, run.kid, run.secret, uid0=_uid0())
+    try:
+        ramp_s = n / args.ramp + 60 + n / 5_000
+        view, took = ramp_up(run, fleet, n, "ramp", ramp_s, t0)
+        result["ramp_s"] = round(took, 1)
+        result["connections_reached"] = view.held
+        if view.held < n:
+            log(f"only {view.held:,} of {n:,} connections held after {took:.0f} s; holding those")
+        log(f"holding {view.held:,} connections for {args.hold:g} s")
+        h = hold(run, fleet, args.hold, n, t0)
+        gen_rss, gen_base = h["view"].rss, h["view"].rss_baseline
+    finally:
+        fleet.stop()
+    held = h["held_min"]
+    kernel = {k: h["kernel"][k] - base_kernel[k] for k in base_kernel}
+    result.update(
+        connections_held=held,
+        drops=h["drops"],
+        errors=h["view"].error_count,
+        errors_by_kind=h["view"].errors,
+        kicks=h["view"].kicks,
+        gateway_rss_bytes=h["gateway_rss"],
+        gateway_rss_baseline_bytes=base_rss,
+        gateway_rss_per_conn_bytes=_per_conn(h["gateway_rss"], base_rss, held),
+        gateway_rss_total_per_conn_bytes=_per_conn(h["gateway_rss"], 0, held),
+        generator_rss_bytes=gen_rss,
+        generator_rss_per_conn_bytes=_per_conn(gen_rss, gen_base, held),
+        generator_rss_total_per_conn_bytes=_per_conn(gen_rss, 0, held),
+        kernel_slab_per_conn_bytes=_per_conn(kernel["slab"], 0, held),
+        kernel_tcp_buffers_per_conn_bytes=_per_conn(kernel["tcp_buffers"], 0, held),
+    )
+    return result
+
+
+def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
+    n = args.connections
+    fleet = Fleet(
+        connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb, sync=True,
+        reconnect=True, backoff_base_s=args.backoff_base, backoff_cap_s=args.backoff_cap,
+        sock_buf=args.sock_buf, timeout_s=args.timeout,
+    )  # fmt: skip
+    result: dict[str, Any] = {
+        "connections_target": n, "how": args.how,
+        "reconnect_backoff": {"base_s": args.backoff_base, "cap_s": args.backoff_cap,
+                              "jitter": "full"},
+    }  # fmt: skip
+    gw = run.gateway
+    assert gw is not None and gw.proc is not None, "storm needs --spawn-gateway"
+    t0 = run.t0 = time.monotonic()
+    fleet.start(run.host, run.port, run.kid, run.secret, uid0=_uid0())
+    try:
+        view, took = ramp_up(run, fleet, n, "ramp", n / args.ramp + 60 + n / 5_000, t0)
+        if view.held < n:
+            raise_short(view, n, took)
+        view = hold(run, fleet, args.settle, n, t0)["view"]
+        result["gateway_pids_before"] = gw.pids()
+        logins_before = view.logins
+        log(f"{view.held:,} held and synced; {args.how} the gateway now")
+        storm_t = time.monotonic()
+        if args.how == "kill":
+            gw.kill()
+        else:
+            gw.stop(timeout=args.timeout)
+        down_s = time.monotonic() - storm_t
+        gw.start(timeout=120)
+        run.sample(force=True)
+        up_s = time.monotonic() - storm_t
+        log(f"gateway back after {up_s:.1f} s; waiting for every client")
+        deadline = max(60.0, 3 * args.backoff_cap + n / 2_000)
+        view, _ = ramp_up(run, fleet, n, "storm", deadline, t0)
+        recovered_s = time.monotonic() - storm_t
+        result["gateway_pids"] = gw.pids()
+    finally:
+        fleet.stop()
+    result.update(
+        connections_held=view.held,
+        recovered=view.held >= n,
+        drops=view.drops,
+        errors=view.error_count,
+        errors_by_kind=view.errors,
+        kicks=view.kicks,
+        relogins=view.logins - logins_before,
+        gateway_down_s=round(down_s, 2),
+        gateway_restart_s=round(up_s, 2),
+        recovery_s=round(recovered_s, 2) if view.held >= n else None,
+        gateway_rss_bytes=run.sampler.latest_rss("gateway"),
+        generator_rss_per_conn_bytes=_per_conn(view.rss, view.rss_baseline, max(1, view.held)),
+    )
+    result["gateway_rss_per_conn_bytes"] = _per_conn(result["gateway_rss_bytes"], 0, n)
+    return result
+
+
+def raise_short(view: FleetView, n: int, took: float) -> None:
+    from bench.common import BenchError
+
+    raise BenchError(
+        f"only {view.held:,} of {n:,} connections held after {took:.0f} s "
+        f"(errors: {view.errors or 'none'})"
+    )
+
+
+def _uid0() -> int:
+    return (secrets.randbelow(1000) + 1) * UID_SPAN * 10
+
+
+def default_workers(connections: int, production: bool) -> int:
+    """Enough gateway workers that none holds more than ~16,000 connections (20,000
+    files a process here)."""
+    return max(1, math.ceil(connections / 16_000)) if production else 1
+
+
+__all__ = ["Gateway", "Sampler", "default_workers", "run_connect", "run_storm"]

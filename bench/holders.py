@@ -1,0 +1,296 @@
+"""Generator processes that open, log in and hold many connections: the load of the
+`connect` and `storm` scenarios.
+
+Each process owns a uid range and one loopback source address (so that the 64k ports of
+one address are no limit: 1,000,000 connections come from ~70 addresses), stays under
+the 20,000 open files a process may hold here, and keeps its per-connection state to
+one slotted object. Nothing per connection runs on its own: one ramp timer opens
+connections at the process's share of the rate, and one heartbeat wheel (one slot per
+second of the heartbeat interval; connection i lives in slot i mod hb) writes the PINGs
+of one slot each second. Socket buffers are set small (idle connections move a few
+bytes a minute).
+
+With `reconnect`, a connection that drops (the gateway was killed or restarted) logs in
+again after a full-jitter backoff, `uniform(0, min(cap, base * 2**attempt))`, and with
+`sync` each login is followed by a SYNC: a connection counts as held once its SYNC is
+answered (it has caught up), which is what `storm` measures.
+
+The process reports once a second to the driver: connections held, logins, drops,
+errors, its RSS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgpack
+
+from bench.common import proc_rss
+from bench.limits import raise_nofile
+from protocol.codec import encode
+from protocol.frames import Login, Ping, Sync
+from protocol.ops import ErrorCode, KickReason, Op
+from protocol.token import sign_token
+
+DEVICE: Final = "b"
+IP_BIND_ADDRESS_NO_PORT: Final = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
+TICK_S: Final = 0.02
+REPORT_EVERY_S: Final = 1.0
+CONNECT_TRIES: Final = 5
+_PING: Final = encode(Ping())
+_LEN: Final = struct.Struct(">I")
+# Connection states.
+IDLE, CONNECTING, LOGGING_IN, SYNCING, HELD = range(5)
+
+
+@dataclass(frozen=True)
+class HolderSpec:
+    """What one generator process does; picklable (spawn)."""
+
+    idx: int
+    host: str
+    port: int
+    kid: str
+    secret: str
+    uid0: int
+    count: int
+    src_ip: str
+    ramp_per_s: float  # this process's share of the ramp
+    hb_s: int
+    sync: bool
+    reconnect: bool
+    backoff_base_s: float
+    backoff_cap_s: float
+    max_pending: int  # connects in flight at once
+    sock_buf: int
+    deadline_ns: int  # monotonic
+
+
+class Held(asyncio.Protocol):
+    __slots__ = ("attempt", "buf", "gen", "i", "state", "transport")
+
+    def __init__(self, gen: Holders, i: int) -> None:
+        self.gen = gen
+        self.i = i
+        self.state = IDLE
+        self.buf = b""
+        self.attempt = 0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.state = LOGGING_IN
+        self.transport.write(self.gen.login_frame(self.i))  # type: ignore[union-attr]
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        while len(buf) >= 4:
+            (n,) = _LEN.unpack_from(buf)
+            if len(buf) < 4 + n:
+                break
+            frame = msgpack.unpackb(buf[4 : 4 + n])
+            buf = buf[4 + n :]
+            self.gen.on_frame(self, frame)
+        self.buf = buf
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.gen.on_lost(self)
+
+
+class Holders:
+    """The connections of one process."""
+
+    def __init__(self, spec: HolderSpec, out: Any) -> None:
+        self.spec = spec
+        self.out = out
+        self.loop = asyncio.get_running_loop()
+        self.rss0 = proc_rss() or 0  # before any connection state exists
+        self.conns = [Held(self, i) for i in range(spec.count)]
+        self.exp = int(time.time()) + 7 * 86_400
+        self.sync_frame = encode(Sync(1, 0, 0, 1))
+        self.started = 0  # connections started by the ramp
+        self.pending = 0  # connects in flight
+        self.held = 0
+        self.logins = 0
+        self.drops = 0
+        self.errors: dict[str, int] = {}
+        self.kicks: dict[str, int] = {}
+        self.stopping = False
+        self.retry: list[int] = []  # failed first connects, tried again by the ramp
+
+    def login_frame(self, i: int) -> bytes:
+        uid = self.spec.uid0 + i
+        token = sign_token(self.spec.kid, self.spec.secret, uid, DEVICE, self.exp)
+        return encode(Login(1, 1, uid, DEVICE, token))
+
+    def count(self, table: dict[str, int], key: str) -> None:
+        table[key] = table.get(key, 0) + 1
+
+    # -- opening -------------------------------------------------------------------------
+
+    def open(self, i: int) -> None:
+        conn = self.conns[i]
+        conn.state = CONNECTING
+        self.pending += 1
+        self.loop.create_task(self._open(conn))
+
+    async def _open(self, conn: Held) -> None:
+        spec = self.spec
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, spec.sock_buf)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, spec.sock_buf)
+            # The source port is picked at connect() with the whole 4-tuple known.
+            sock.setsockopt(socket.SOL_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+            sock.bind((spec.src_ip, 0))
+            sock.setblocking(False)
+            await self.loop.sock_connect(sock, (spec.host, spec.port))
+            await self.loop.create_connection(lambda: conn, sock=sock)
+        except OSError as e:
+            sock.close()
+            conn.state = IDLE
+            self.count(self.errors, f"connect_{type(e).__name__}")
+            self._retry(conn)
+        finally:
+            self.pending -= 1
+
+    def _retry(self, conn: Held) -> None:
+        if self.stopping:
+            return
+        conn.attempt += 1
+        spec = self.spec
+        if spec.reconnect:
+            ceiling = min(spec.backoff_cap_s, spec.backoff_base_s * 2 ** min(conn.attempt, 20))
+            self.loop.call_later(random.uniform(0, ceiling), self._reopen, conn)
+        elif conn.attempt < CONNECT_TRIES:
+            self.retry.append(conn.i)
+
+    def _reopen(self, conn: Held) -> None:
+        if not self.stopping and conn.state == IDLE:
+            self.open(conn.i)
+
+    # -- frames --------------------------------------------------------------------------
+
+    def on_frame(self, conn: Held, frame: list[Any]) -> None:
+        op = frame[0]
+        if op == Op.PONG:
+            return
+        if op == Op.LOGIN_OK and conn.state == LOGGING_IN:
+            self.logins += 1
+            if self.spec.sync:
+                conn.state = SYNCING
+                assert conn.transport is not None
+                conn.transport.write(self.sync_frame)
+            else:
+                self._held(conn)
+        elif op == Op.SYNC_RESULT and conn.state == SYNCING:
+            self._held(conn)
+        elif op == Op.KICK:
+            self.count(self.kicks, _name(KickReason, frame[1]))
+        elif op == Op.ERROR:
+            self.count(self.errors, _name(ErrorCode, frame[2]))
+
+    def _held(self, conn: Held) -> None:
+        conn.state = HELD
+        conn.attempt = 0
+        self.held += 1
+
+    def on_lost(self, conn: Held) -> None:
+        was = conn.state
+        conn.state = IDLE
+        conn.buf = b""
+        if was == HELD:
+            self.held -= 1
+        if self.stopping:
+            return
+        if was == HELD:
+            self.drops += 1
+        elif was in (LOGGING_IN, SYNCING):
+            self.count(
+                self.errors, "closed_before_login" if was == LOGGING_IN else "closed_in_sync"
+            )
+        self._retry(conn)
+
+    # -- timers --------------------------------------------------------------------------
+
+    async def run(self, ctrl: Any) -> None:
+        spec = self.spec
+        t0 = time.monotonic()
+        last_report = 0.0
+        last_hb_second = -1
+        stop_wait = self.loop.run_in_executor(None, _wait_stop, ctrl)
+        while not stop_wait.done():
+            now = time.monotonic()
+            if now * 1e9 > spec.deadline_ns:
+                break
+            # Ramp: open connections at this process's share of the rate.
+            due = min(spec.count, int((now - t0) * spec.ramp_per_s) + 1)
+            while self.started < due and self.pending < spec.max_pending:
+                self.open(self.started)
+                self.started += 1
+            while self.retry and self.pending < spec.max_pending:
+                self.open(self.retry.pop())
+            # Heartbeats: one wheel slot per second.
+            second = int(now - t0)
+            if second != last_hb_second:
+                last_hb_second = second
+                conns = self.conns
+                for i in range(second % spec.hb_s, spec.count, spec.hb_s):
+                    conn = conns[i]
+                    if conn.state >= SYNCING and conn.transport is not None:
+                        conn.transport.write(_PING)
+            if now - last_report >= REPORT_EVERY_S:
+                last_report = now
+                self.report()
+            await asyncio.sleep(TICK_S)
+        self.stopping = True
+        self.report()
+        for conn in self.conns:
+            if conn.transport is not None:
+                conn.transport.abort()  # RST: no TIME_WAIT left behind on this side
+        await asyncio.sleep(0.5)
+        self.out.put(("closed", spec.idx))
+
+    def report(self) -> None:
+        self.out.put(
+            ("progress", self.spec.idx, self.started, self.held, self.logins, self.drops,
+             dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0)
+        )  # fmt: skip
+
+
+def _name(kind: Any, value: int) -> str:
+    try:
+        return str(kind(value).name.lower())
+    except ValueError:
+        return f"code_{value}"
+
+
+def _wait_stop(ctrl: Any) -> None:
+    with contextlib.suppress(EOFError, OSError):
+        while ctrl.recv() != ("stop",):
+            pass
+
+
+def holder_main(spec: HolderSpec, ctrl: Any, out: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles ^C
+    raise_nofile()
+    import uvloop
+
+    try:
+        uvloop.run(_main(spec, ctrl, out))
+    except BaseException as e:
+        out.put(("error", spec.idx, f"{type(e).__name__}: {e}"))
+        raise SystemExit(1) from None
+
+
+async def _main(spec: HolderSpec, ctrl: Any, out: Any) -> None:
+    await Holders(spec, out).run(ctrl)

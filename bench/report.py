@@ -1,0 +1,138 @@
+"""A run's outputs: the JSON result, PNG charts (connections over time, gateway memory,
+latency percentiles) and a short report a person can read, all side by side:
+`PATH.json`, `PATH-connections.png`, `PATH-memory.png`, `PATH-latency.png`, `PATH.md`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.common import log
+
+MIB = 2**20
+
+
+def write_json(path: Path, result: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    log(f"wrote {path}")
+
+
+def charts(stem: Path, result: dict[str, Any]) -> list[str]:
+    """Draw what the result holds; the files written. Needs matplotlib (in imgw[dev])."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed: no charts (pip install matplotlib)")
+        return []
+    written: list[str] = []
+    timeline = result.get("timeline") or []
+    title = f"imgw bench {result['scenario']}"
+    if timeline:
+        t = [p["t"] for p in timeline]
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot(t, [p["held"] for p in timeline], label="connections held")
+        if any(p.get("drops") for p in timeline):
+            ax.plot(t, [p["drops"] for p in timeline], label="drops (cumulative)")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("connections")
+        ax.set_title(f"{title}: connections over time")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        written.append(_save(fig, plt, stem, "connections"))
+        fig, ax = plt.subplots(figsize=(8, 4))
+        gw = [(p["t"], p["gateway_rss_bytes"] / MIB) for p in timeline if p["gateway_rss_bytes"]]
+        if gw:
+            ax.plot([x for x, _ in gw], [y for _, y in gw], label="gateway RSS (all workers)")
+        ax.plot(t, [p["generator_rss_bytes"] / MIB for p in timeline], label="generators RSS")
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("MiB")
+        ax.set_title(f"{title}: memory")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        written.append(_save(fig, plt, stem, "memory"))
+    steps = result.get("steps") or []
+    if steps and "ack_p50_ms" in steps[0]:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        rates = [s["rate_target"] for s in steps]
+        for key, label in (
+            ("ack_p50_ms", "send→ACK p50"), ("ack_p99_ms", "send→ACK p99"),
+            ("push_p50_ms", "send→PUSH p50"), ("push_p99_ms", "send→PUSH p99"),
+        ):  # fmt: skip
+            ax.plot(rates, [max(s[key], 1e-3) for s in steps], marker="o", label=label)
+        ax.axhline(50, color="grey", linestyle="--", linewidth=1, label="50 ms")
+        ax.set_yscale("log")
+        ax.set_xlabel("offered msg/s")
+        ax.set_ylabel("ms (log)")
+        ax.set_title(f"{title}: latency percentiles")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        written.append(_save(fig, plt, stem, "latency"))
+    return written
+
+
+def _save(fig: Any, plt: Any, stem: Path, name: str) -> str:
+    path = stem.parent / f"{stem.name}-{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return str(path)
+
+
+def _b(n: Any) -> str:
+    return "-" if n is None else f"{n:,} B"
+
+
+def summary(result: dict[str, Any]) -> str:
+    """A few lines a person can read."""
+    s = result["scenario"]
+    lines = [f"# imgw bench {s}", "", f"`{' '.join(result.get('command', []))}`", ""]
+    lines.append(f"- gateway: {result.get('gateway_workers', '?')} worker(s), backend "
+                 f"{result.get('backend', {})}")  # fmt: skip
+    lines.append(f"- status: {result.get('error') or 'ok'}")
+    if s in ("connect", "storm"):
+        lines.append(
+            f"- connections: target {result['connections_target']:,}, held "
+            f"{result.get('connections_held', 0):,} (minimum over the hold), drops "
+            f"{result.get('drops')}, errors {result.get('errors')}"
+        )
+    if s == "connect":
+        lines.append(
+            f"- memory per connection: gateway {_b(result.get('gateway_rss_per_conn_bytes'))} "
+            f"above its idle baseline ({_b(result.get('gateway_rss_total_per_conn_bytes'))} "
+            f"including it), generator {_b(result.get('generator_rss_per_conn_bytes'))}, kernel "
+            f"slab {_b(result.get('kernel_slab_per_conn_bytes'))} (both socket ends)"
+        )
+        lines.append(f"- ramp took {result.get('ramp_s')} s at {result.get('ramp_per_s')}/s")
+    if s == "storm":
+        lines.append(
+            f"- {result.get('how')}: gateway back after {result.get('gateway_restart_s')} s; "
+            f"all clients back and synced after {result.get('recovery_s')} s "
+            f"({result.get('relogins')} logins; backoff {result.get('reconnect_backoff')})"
+        )
+    if s in ("chat", "group"):
+        lines.append(
+            f"- highest rate with p99 send→ACK ≤ 50 ms: {result.get('max_rate_p99_le_50ms')}"
+        )
+        for st in result.get("steps", []):
+            lines.append(
+                f"  - {st['rate_target']:g} msg/s: acked/s {st['acked_per_s']}, ack p50/p99 "
+                f"{st['ack_p50_ms']}/{st['ack_p99_ms']} ms, push p50/p99 "
+                f"{st['push_p50_ms']}/{st['push_p99_ms']} ms, errors {st['errors']}"
+            )
+    if s == "offline":
+        lines.append(
+            f"- {result.get('receivers')} receivers caught up on "
+            f"{result.get('messages_per_receiver')} messages each: p50 "
+            f"{result.get('catch_up_p50_ms')} ms, p99 {result.get('catch_up_p99_ms')} ms; "
+            f"missing {result.get('missing')}, duplicates {result.get('duplicates')}"
+        )
+    lines.append(f"- gateway RSS {_b(result.get('gateway_rss_bytes'))}, pids "
+                 f"{len(result.get('gateway_pids') or [])}")  # fmt: skip
+    for chart in result.get("charts", []):
+        lines.append(f"- chart: {Path(chart).name}")
+    return "\n".join(lines) + "\n"

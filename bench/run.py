@@ -1,0 +1,94 @@
+"""One bench run's context: the gateway under test (spawned or attached), the sampler of
+its processes, and the timeline that the charts are drawn from."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchError, Gateway, GatewaySpec, Sampler, find_pid, log
+from bench.fleet import FleetView
+
+
+class Run:
+    def __init__(self, args: argparse.Namespace, workers: int) -> None:
+        self.args = args
+        self.sampler = Sampler()
+        self.timeline: list[dict[str, Any]] = []
+        self.t0 = time.monotonic()
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"imgw-bench-{args.scenario}-"))
+        self.gateway: Gateway | None = None
+        self.workers = workers
+        if args.spawn_gateway:
+            self.kid, self.secret = "bench", secrets.token_hex(16)
+            spec = GatewaySpec(
+                store=args.store, cache=args.cache or "memory://", bus=args.bus or "local://",
+                workers=workers, shards=args.shards, hb=args.gateway_hb,
+                idle=args.gateway_idle, extra=list(args.gateway_arg), keep_data=args.keep_data,
+            )  # fmt: skip
+            self.gateway = Gateway(spec, self.workdir, self.kid, self.secret)
+            self.host, self.port = self.gateway.host, self.gateway.port
+        else:
+            host, _, port = args.addr.rpartition(":")
+            self.host, self.port = host or "127.0.0.1", int(port)
+            self.kid, _, self.secret = args.token_key.partition(":")
+            if args.gateway_pid:
+                self.gateway = Gateway.attach(args.gateway_pid)
+
+    def start(self) -> None:
+        gw = self.gateway
+        if gw is not None and gw.proc is None and not gw.attached:
+            gw.check_services()
+            gw.migrate(120)
+            gw.start(timeout=120 + 2 * self.workers)
+        if gw is not None:
+            self.sampler.watch("gateway", gw.pids)
+            if gw.store.startswith("mysql://"):
+                db = find_pid("mariadbd", "mysqld")
+                if db is not None:
+                    self.sampler.watch("mariadb", lambda: [db])
+        elif not self.args.spawn_gateway:
+            log("no --gateway-pid: the gateway's memory and CPU are not sampled")
+        self.sample(force=True)
+
+    def sample(self, force: bool = False) -> None:
+        self.sampler.sample(force)
+
+    def point(self, now: float, view: FleetView) -> dict[str, Any]:
+        rows = self.sampler.samples.get("gateway", [])
+        return {
+            "t": round(now - self.t0, 2),
+            "held": view.held,
+            "drops": view.drops,
+            "errors": view.error_count,
+            "gateway_rss_bytes": rows[-1][2] if rows else None,
+            "generator_rss_bytes": view.rss,
+        }
+
+    def finish(self, status: int) -> dict[str, Any]:
+        """Stop what was spawned, clean up; what the result should say about it."""
+        out: dict[str, Any] = {}
+        gw = self.gateway
+        if gw is not None:
+            out["gateway_pids"] = out.get("gateway_pids") or gw.pids()
+            if gw.proc is not None:
+                code = gw.stop(timeout=120)
+                out["gateway_exit_code"] = code
+                if code not in (0, None):
+                    log(f"gateway exited with status {code}:\n{gw.log_tail()}")
+                gw.cleanup()
+                if status == 0:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+                else:
+                    log(f"gateway log kept: {gw.log_path}")
+        return out
+
+    def require_spawned(self) -> Gateway:
+        if self.gateway is None or self.gateway.proc is None:
+            raise BenchError(f"`{self.args.scenario}` needs --spawn-gateway")
+        return self.gateway

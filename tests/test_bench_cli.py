@@ -1,0 +1,113 @@
+"""Smoke runs of every `imgw bench` scenario, end to end, small: the fixed interface
+(`--json PATH` and its fields) that dashboards script against, the charts and report
+beside it. The big runs are in bench/results/, not here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.services import require_port
+
+REPO = Path(__file__).resolve().parents[1]
+BASE_FIELDS = (
+    "scenario", "connections_target", "connections_held", "drops", "duration_s",
+    "gateway_pids", "gateway_rss_bytes", "gateway_rss_per_conn_bytes",
+    "generator_rss_per_conn_bytes",
+)  # fmt: skip
+CHAT_FIELDS = (
+    "rate_target", "acked", "errors", "ack_p50_ms", "ack_p99_ms", "push_p50_ms", "push_p99_ms",
+)  # fmt: skip
+PRODUCTION = [
+    "--store", "mysql://root:@127.0.0.1:3306/", "--cache", "redis://127.0.0.1:6379/0",
+    "--bus", "amqp://guest:guest@127.0.0.1:5672/", "--shards", "2",
+]  # fmt: skip
+
+
+def bench(tmp_path: Path, scenario: str, *args: str) -> dict[str, Any]:
+    out = tmp_path / f"{scenario}.json"
+    cmd = [sys.executable, "-m", "gateway.cli", "bench", scenario, "--spawn-gateway", *args]
+    done = subprocess.run(
+        [*cmd, "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, f"imgw bench {scenario} failed:\n{done.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    for field in BASE_FIELDS:
+        assert field in result, f"{field} missing from the {scenario} result"
+    assert result["scenario"] == scenario and "error" not in result
+    assert result["gateway_pids"] and result["gateway_rss_bytes"] > 0
+    assert (tmp_path / f"{scenario}.md").read_text().startswith(f"# imgw bench {scenario}")
+    for chart in result["charts"]:
+        assert Path(chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return result
+
+
+def test_connect_holds_every_connection(tmp_path: Path) -> None:
+    r = bench(tmp_path, "connect", "--connections", "1500", "--ramp", "1500", "--hold", "2")
+    assert (r["connections_target"], r["connections_held"], r["drops"]) == (1500, 1500, 0)
+    assert 0 < r["gateway_rss_per_conn_bytes"] < 20_000
+    assert 0 < r["generator_rss_per_conn_bytes"] < 20_000
+    assert len(r["charts"]) == 2 and r["timeline"][-1]["held"] == 1500
+
+
+def test_connect_on_production_backends_with_two_workers(tmp_path: Path) -> None:
+    for port, name in ((3306, "MariaDB"), (6379, "Redis"), (5672, "RabbitMQ")):
+        require_port(port, name)
+    r = bench(
+        tmp_path, "connect", "--connections", "1000", "--ramp", "1000", "--hold", "2",
+        "--workers", "2", *PRODUCTION,
+    )  # fmt: skip
+    assert r["gateway_workers"] == 2 and len(r["gateway_pids"]) == 3  # supervisor + 2
+    assert (r["connections_held"], r["drops"]) == (1000, 0)
+    assert r["gateway_exit_code"] == 0
+
+
+def test_chat_reports_ack_and_push_latency(tmp_path: Path) -> None:
+    r = bench(tmp_path, "chat", "--rate", "200", "--duration", "2", "--warmup", "1",
+              "--procs", "1")  # fmt: skip
+    for field in CHAT_FIELDS:
+        assert field in r
+    assert r["rate_target"] == 200 and r["acked"] >= 300 and r["errors"] == 0
+    assert 0 < r["ack_p50_ms"] <= r["ack_p99_ms"] and 0 < r["push_p50_ms"] <= r["push_p99_ms"]
+
+
+def test_group_fans_out_to_every_member(tmp_path: Path) -> None:
+    r = bench(tmp_path, "group", "--rate", "100", "--group-size", "4", "--duration", "2",
+              "--warmup", "1", "--procs", "1")  # fmt: skip
+    assert r["group_size"] == 4 and r["errors"] == 0
+    assert r["pushes"] == 3 * r["acked"]  # every other member got each message
+
+
+def test_storm_kill_every_client_comes_back(tmp_path: Path) -> None:
+    r = bench(tmp_path, "storm", "--connections", "800", "--ramp", "2000", "--settle", "1",
+              "--backoff-cap", "2")  # fmt: skip
+    assert r["recovered"] and r["connections_held"] == 800
+    assert r["relogins"] >= 800 and r["recovery_s"] > 0
+    assert r["gateway_pids"] != r["gateway_pids_before"]  # a new gateway process
+
+
+def test_offline_catch_up_is_complete(tmp_path: Path) -> None:
+    r = bench(tmp_path, "offline", "--receivers", "50", "--messages", "20")
+    assert r["acked"] == 1000 and r["missing"] == 0 and r["duplicates"] == 0
+    assert r["messages_pulled"] == 1000 and r["catch_up_p99_ms"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["connect"], "give exactly one of --spawn-gateway and --addr"),
+        (["connect", "--spawn-gateway", "--connections", "100000"], "need several gateway workers"),
+        (["storm", "--addr", "127.0.0.1:1", "--token-key", "k:s"], "needs --spawn-gateway"),
+    ],
+)
+def test_bad_invocations_say_what_to_do(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway.cli", "bench", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2 and message in done.stderr
