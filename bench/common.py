@@ -103,6 +103,19 @@ def proc_rss(pid: int | str = "self") -> int | None:
         return None
 
 
+def proc_pss(pid: int) -> int | None:
+    """Proportional set size: shared pages (code forked copy-on-write from a supervisor)
+    divided among the processes sharing them, so a sum over workers counts them once."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
 def children_of(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -320,6 +333,9 @@ class Gateway:
             self.store = self.fresh_db = urlunsplit(
                 parts._replace(path=f"/imgw_bench_{secrets.token_hex(4)}")
             )
+        if self.store.startswith("mysql://") and "pool" not in self.store and spec.workers > 12:
+            # MariaDB's default max_connections is 151: share ~120 among the workers.
+            self.store = _with_query(self.store, pool=str(max(1, 120 // spec.workers)))
         self.cache = spec.cache
         if self.cache.startswith("redis") and "prefix" not in dict(
             parse_qsl(urlsplit(self.cache).query)

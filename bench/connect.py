@@ -20,7 +20,7 @@ import secrets
 import time
 from typing import Any
 
-from bench.common import Gateway, Sampler, kernel_memory, log
+from bench.common import Gateway, Sampler, kernel_memory, log, proc_pss
 from bench.fleet import Fleet, FleetView, gateway_alive, progress_line
 from bench.run import Run
 
@@ -75,8 +75,15 @@ def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict
         "held_min": held_min,
         "drops": view.drops - drops0,
         "gateway_rss": run.sampler.latest_rss("gateway"),
+        "gateway_pss": gateway_pss(run),
         "kernel": kernel_memory(),
     }
+
+
+def gateway_pss(run: Run) -> int | None:
+    if run.gateway is None:
+        return None
+    return sum(proc_pss(p) or 0 for p in run.gateway.pids()) or None
 
 
 def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
@@ -91,6 +98,7 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     }  # fmt: skip
     run.sample(force=True)
     base_rss = run.sampler.latest_rss("gateway")
+    base_pss = gateway_pss(run)
     base_kernel = kernel_memory()
     t0 = time.monotonic()
     run.t0 = t0
@@ -123,6 +131,9 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         gateway_rss_baseline_bytes=base_rss,
         gateway_rss_per_conn_bytes=_per_conn(h["gateway_rss"], base_rss, held),
         gateway_rss_total_per_conn_bytes=_per_conn(h["gateway_rss"], 0, held),
+        gateway_pss_bytes=h["gateway_pss"],
+        gateway_pss_baseline_bytes=base_pss,
+        gateway_pss_total_per_conn_bytes=_per_conn(h["gateway_pss"], 0, held),
         generator_rss_bytes=gen_rss,
         generator_rss_per_conn_bytes=_per_conn(gen_rss, gen_base, held),
         generator_rss_total_per_conn_bytes=_per_conn(gen_rss, 0, held),

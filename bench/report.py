@@ -104,7 +104,9 @@ def summary(result: dict[str, Any]) -> str:
         lines.append(
             f"- memory per connection: gateway {_b(result.get('gateway_rss_per_conn_bytes'))} "
             f"above its idle baseline ({_b(result.get('gateway_rss_total_per_conn_bytes'))} "
-            f"including it), generator {_b(result.get('generator_rss_per_conn_bytes'))}, kernel "
+            f"including it; PSS, shared pages once: "
+            f"{_b(result.get('gateway_pss_total_per_conn_bytes'))}), generator "
+            f"{_b(result.get('generator_rss_per_conn_bytes'))}, kernel "
             f"slab {_b(result.get('kernel_slab_per_conn_bytes'))} (both socket ends)"
         )
         lines.append(f"- ramp took {result.get('ramp_s')} s at {result.get('ramp_per_s')}/s")
