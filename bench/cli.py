@@ -213,6 +213,7 @@ def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
             result["gateway_pids"] = pids
     result["duration_s"] = round(time.monotonic() - started, 1)
     result["timeline"] = run.timeline
+    result.setdefault("connections_target", n or None)
     for key in ("connections_held", "drops", "gateway_rss_bytes", "gateway_rss_per_conn_bytes",
                 "generator_rss_per_conn_bytes"):  # fmt: skip
         result.setdefault(key, None)

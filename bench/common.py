@@ -85,6 +85,28 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_range(n: int, host: str = "127.0.0.1") -> int:
+    """A base port whose next `n` ports are free, below the kernel's ephemeral range (so
+    no outgoing connection takes one of them meanwhile): admin ports of n workers."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    for _ in range(200):
+        base = 10_000 + secrets.randbelow(max(1, low - 10_000 - n))
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise BenchError(f"found no {n} consecutive free ports for the admin listeners")
+
+
 def proc_cpu_ticks(pid: int) -> int | None:
     """utime + stime of `pid` (clock ticks), or None if it is gone."""
     try:
@@ -322,7 +344,7 @@ class Gateway:
         self.workdir = workdir
         self.host = "127.0.0.1"
         self.port = spec.port or free_port(self.host)
-        self.admin_port = free_port(self.host)
+        self.admin_port = free_port_range(spec.workers, self.host)
         self.kid, self.secret = kid, secret
         self.log_path = spec.log_path or workdir / "gateway.log"
         self.fresh_db: str | None = None

@@ -42,7 +42,7 @@ def ramp_up(
     last_logins, last_t = 0, started
     view = fleet.poll(0)
     while time.monotonic() - started < timeout_s:
-        view = fleet.poll(1.0)
+        view = run.view = fleet.poll(1.0)
         run.sample()
         gateway_alive(run.gateway)
         now = time.monotonic()
@@ -62,7 +62,7 @@ def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict
     held_min = view.held
     until = time.monotonic() + seconds
     while time.monotonic() < until:
-        view = fleet.poll(min(1.0, max(0.0, until - time.monotonic())))
+        view = run.view = fleet.poll(min(1.0, max(0.0, until - time.monotonic())))
         run.sample()
         gateway_alive(run.gateway)
         held_min = min(held_min, view.held)

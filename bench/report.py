@@ -94,10 +94,12 @@ def summary(result: dict[str, Any]) -> str:
     lines.append(f"- gateway: {result.get('gateway_workers', '?')} worker(s), backend "
                  f"{result.get('backend', {})}")  # fmt: skip
     lines.append(f"- status: {result.get('error') or 'ok'}")
+    if result.get("last_view"):
+        lines.append(f"- last view of the generators: {result['last_view']}")
     if s in ("connect", "storm"):
         lines.append(
-            f"- connections: target {result['connections_target']:,}, held "
-            f"{result.get('connections_held', 0):,} (minimum over the hold), drops "
+            f"- connections: target {result.get('connections_target') or 0:,}, held "
+            f"{result.get('connections_held') or 0:,} (minimum over the hold), drops "
             f"{result.get('drops')}, errors {result.get('errors')}"
         )
     if s == "connect":

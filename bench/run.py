@@ -20,6 +20,7 @@ class Run:
         self.args = args
         self.sampler = Sampler()
         self.timeline: list[dict[str, Any]] = []
+        self.view: FleetView | None = None  # the latest, kept for a run that fails
         self.t0 = time.monotonic()
         self.workdir = Path(tempfile.mkdtemp(prefix=f"imgw-bench-{args.scenario}-"))
         self.gateway: Gateway | None = None
@@ -73,6 +74,12 @@ class Run:
     def finish(self, status: int) -> dict[str, Any]:
         """Stop what was spawned, clean up; what the result should say about it."""
         out: dict[str, Any] = {}
+        if self.view is not None:
+            v = self.view
+            out["last_view"] = {
+                "held": v.held, "logins": v.logins, "drops": v.drops, "errors": v.errors,
+                "kicks": v.kicks, "generator_rss_bytes": v.rss,
+            }  # fmt: skip
         gw = self.gateway
         if gw is not None:
             out["gateway_pids"] = out.get("gateway_pids") or gw.pids()
