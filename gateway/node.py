@@ -19,6 +19,7 @@ from gateway.batcher import SendBatcher
 from gateway.config import Config
 from gateway.connection import Connection, State
 from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
+from gateway.logs import Throttle
 from gateway.metrics import Metrics
 from gateway.ratelimit import SendRateLimiter
 from gateway.wheel import TimingWheel
@@ -53,6 +54,7 @@ class Node:
         self.metrics = Metrics()
         self.metrics.watch_bus(bus)
         self.log = structlog.get_logger("imgw").bind(node=node_id)
+        self.log_throttle = Throttle(self.loop.time)
         self.wheel = TimingWheel(self.loop, on_tick=self._on_tick)
         self.limiter = SendRateLimiter(
             burst=config.rate_burst, rate=config.rate_per_s, clock=self.loop.time
@@ -147,7 +149,10 @@ class Node:
         try:
             await self.routes.remove(route)
         except Exception as e:
-            self.log.warning("route remove failed", uid=route.uid, error=repr(e))
+            if (held := self.log_throttle.allow("route remove")) is not None:
+                self.log.warning(
+                    "route remove failed", uid=route.uid, error=repr(e), similar_held_back=held
+                )
 
     # -- sessions ------------------------------------------------------------------------
 

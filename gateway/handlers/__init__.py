@@ -61,7 +61,9 @@ async def dispatch(node: Node, conn: Connection, frame: Any) -> None:
         conn.error(rid, e.code, e.text)
     except StoreUnavailable as e:
         node.metrics.storage_errors.labels(op=type(frame).__name__.lower()).inc()
-        node.log.warning("storage unavailable", op=type(frame).__name__, error=str(e))
+        op = type(frame).__name__
+        if (held := node.log_throttle.allow(op)) is not None:
+            node.log.warning("storage unavailable", op=op, error=str(e), similar_held_back=held)
         conn.error(rid, ErrorCode.UNAVAILABLE, "storage unavailable; retry later")
     except Exception:
         node.log.exception("handler failed", op=type(frame).__name__, conn=conn.conn_id)

@@ -45,7 +45,10 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
     try:
         opened = await node.open_session(conn, f.uid, f.device, claims.exp)
     except StoreUnavailable as e:
-        node.log.warning("login failed: route store unavailable", error=str(e))
+        if (held := node.log_throttle.allow("login")) is not None:
+            node.log.warning(
+                "login failed: route store unavailable", error=str(e), similar_held_back=held
+            )
         conn.fail(ErrorCode.UNAVAILABLE, "route store unavailable; retry", f.rid)
         return
     if not opened:
