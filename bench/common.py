@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -48,6 +48,23 @@ def set_log_name(name: str) -> None:
 
 def log(msg: str) -> None:
     print(f"[{_NAME[0]} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run_generator(idx: int, main: Coroutine[Any, Any, None], out: Any) -> None:
+    """The body of a generator process: ^C is the driver's, the open-file limit is
+    raised, `main` runs on uvloop, and a failure is reported to the driver as
+    ("error", idx, text) before the process exits 1."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from bench.limits import raise_nofile
+
+    raise_nofile()
+    import uvloop
+
+    try:
+        uvloop.run(main)
+    except BaseException as e:
+        out.put(("error", idx, f"{type(e).__name__}: {e}"))
+        raise SystemExit(1) from None
 
 
 # -- latency histograms ----------------------------------------------------------------

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import signal
 import socket
 import struct
 import time
@@ -33,8 +32,7 @@ from typing import Any, Final
 
 import msgpack
 
-from bench.common import proc_rss
-from bench.limits import raise_nofile
+from bench.common import proc_rss, run_generator
 from protocol.codec import encode
 from protocol.frames import Login, Ping, Pong, Sync
 from protocol.ops import ErrorCode, KickReason, Op
@@ -299,15 +297,7 @@ def _wait_stop(ctrl: Any) -> None:
 
 
 def holder_main(spec: HolderSpec, ctrl: Any, out: Any) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles ^C
-    raise_nofile()
-    import uvloop
-
-    try:
-        uvloop.run(_main(spec, ctrl, out))
-    except BaseException as e:
-        out.put(("error", spec.idx, f"{type(e).__name__}: {e}"))
-        raise SystemExit(1) from None
+    run_generator(spec.idx, _main(spec, ctrl, out), out)
 
 
 async def _main(spec: HolderSpec, ctrl: Any, out: Any) -> None:

@@ -59,6 +59,7 @@ from bench.common import (
     new_hist,
     proc_rss,
     record_us,
+    run_generator,
 )
 from bench.limits import raise_nofile
 from bench.loadclient import LoadConnection, RequestFailed, connect, stamp_of, stamped_content
@@ -354,15 +355,7 @@ async def _worker(spec: WorkerSpec, ctrl: Any, out: Any) -> None:
 
 
 def worker_main(spec: WorkerSpec, ctrl: Any, out: Any) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles ^C
-    raise_nofile()
-    import uvloop
-
-    try:
-        uvloop.run(_worker(spec, ctrl, out))
-    except BaseException as e:
-        out.put(("error", spec.idx, f"{type(e).__name__}: {e}"))
-        raise SystemExit(1) from None
+    run_generator(spec.idx, _worker(spec, ctrl, out), out)
 
 
 # === Driver: gateway, database, resource sampling =====================================
