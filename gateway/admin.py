@@ -6,6 +6,7 @@ response, close."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
@@ -79,8 +80,8 @@ class AdminServer:
             rate = float(query["rate"][0]) if "rate" in query else None
         except ValueError:
             return "400 Bad Request", "text/plain", b"rate must be a number (per second)\n"
-        if rate is not None and rate < 0:
-            return "400 Bad Request", "text/plain", b"rate must be >= 0\n"
+        if rate is not None and not (math.isfinite(rate) and rate >= 0):
+            return "400 Bad Request", "text/plain", b"rate must be a finite number >= 0\n"
         hint = query["hint"][0] if "hint" in query else None
         if not self._node.accepting:
             return "409 Conflict", "text/plain", b"already draining\n"

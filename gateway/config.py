@@ -4,6 +4,7 @@ file, environment variables (IMGW_<NAME>) and command-line flags."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -60,6 +61,7 @@ class Config:
     sync_hint_spread_s: float = 5.0  # SYNC_HINT after a bus outage, spread over this long
     shutdown_timeout: float = 10.0
     admin_port: int = 0  # 0 = no admin HTTP listener
+    admin_host: str = "127.0.0.1"  # its address: POST /drain has no authentication
     log_format: str = "console"  # console | json
     log_level: str = "info"
 
@@ -89,6 +91,8 @@ class Config:
             raise ConfigError(
                 "need max_inflight_requests >= 2, batch_max >= 1, batch_inflight >= 1"
             )
+        if not (math.isfinite(self.drain_rate) and math.isfinite(self.sync_hint_spread_s)):
+            raise ConfigError("drain_rate and sync_hint_spread_s must be finite numbers")
         if self.workers < 1 or self.drain_rate < 0 or self.sync_hint_spread_s < 0:
             raise ConfigError("need workers >= 1, drain_rate >= 0, sync_hint_spread_s >= 0")
         shared = self.cache.startswith(("redis://", "rediss://")) and self.bus.startswith(

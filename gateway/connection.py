@@ -179,7 +179,13 @@ class Connection(asyncio.Protocol):
         try:
             while (inbox := self.inbox) and self.state < State.CLOSING:
                 await dispatch(self.node, self, inbox.popleft())
-                if self.paused and len(inbox) < low_water and self.state < State.CLOSING:
+                # Not while draining: a connection paused for its drain step stays paused.
+                if (
+                    self.paused
+                    and len(inbox) < low_water
+                    and self.state < State.CLOSING
+                    and (self.node.accepting)
+                ):
                     self.paused = False
                     assert self.transport is not None
                     self.transport.resume_reading()

@@ -53,7 +53,9 @@ class Metrics:
         )
         self.route_renewals = Counter("imgw_route_renewals", "Routes renewed", registry=r)
         self.fanout_failures = Counter(
-            "imgw_fanout_failures", "Route lookups or bus publishes that failed", registry=r
+            "imgw_fanout_failures",
+            "Fan-out route lookups that failed (bus losses: imgw_bus_*)",
+            registry=r,
         )
 
     def watch_bus(self, bus: Bus) -> None:

@@ -78,6 +78,7 @@ class Node:
         self._last_prune = self.loop.time()
         self.fan = FanOut(self)
         self.accepting = True
+        self.drain_hint = config.reconnect_hint  # the reconnect hint of the drain under way
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -159,6 +160,9 @@ class Node:
     async def open_session(self, conn: Connection, uid: int, device: str, exp: int) -> bool:
         """Install the route of a verified login and make `conn` active; the previous
         connection of the same device, here or on another node, is kicked."""
+        if not self.accepting:  # draining: log in elsewhere
+            conn.kick(KickReason.DRAINING, "server draining", self.drain_hint)
+            return False
         route = Route(uid, device, self.node_id, conn.conn_id, time.time_ns())
         try:
             prev = await self.routes.register(route)
@@ -166,8 +170,11 @@ class Node:
             # The write may have landed before the error: take it back (CAS, best effort).
             self.spawn(self._remove_route(route))
             raise
-        if conn.state != State.LOGGING_IN:
+        waiting = conn.state == State.LOGGING_IN  # not closed while the route was written
+        if not waiting or not self.accepting:
             await self.routes.remove(route)
+            if waiting:
+                conn.kick(KickReason.DRAINING, "server draining", self.drain_hint)
             return False
         old = self.by_device.get((uid, device))
         if old is not None and old is not conn:
@@ -191,7 +198,10 @@ class Node:
         self.wheel.schedule(conn, first)
         if prev is not None and prev.node != self.node_id:
             # Activated before this await: a close during it cleans up like any other.
-            await self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [[[prev.conn_id], b""]]]))
+            # In the background: the LOGIN does not wait for the broker's confirm.
+            self.spawn(
+                self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [[[prev.conn_id], b""]]]))
+            )
         return True
 
     async def end_session(self, conn: Connection) -> None:

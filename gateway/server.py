@@ -28,7 +28,7 @@ import uvloop
 
 from gateway.admin import AdminServer
 from gateway.config import Config
-from gateway.connection import Connection, State
+from gateway.connection import Connection
 from gateway.logs import configure
 from gateway.node import PACE_STEP_S, Node
 from protocol.ops import KickReason
@@ -55,6 +55,7 @@ class Server:
         self._admin: AdminServer | None = None
         self._lease: WorkerIdLease | None = None
         self._lease_task: asyncio.Task[None] | None = None
+        self._drain_task: asyncio.Task[None] | None = None  # an admin drain
         self.ids = Snowflake(0)
         self._stopped = asyncio.Event()
         self.log = structlog.get_logger("imgw")
@@ -90,7 +91,9 @@ class Server:
             reuse_port=self.reuse_port or None,
         )
         if cfg.admin_port:
-            self._admin = AdminServer(node, cfg.host, cfg.admin_port, on_drain=self._drain_soon)
+            self._admin = AdminServer(
+                node, cfg.admin_host, cfg.admin_port, on_drain=self._drain_soon
+            )
             await self._admin.start()
         self.log.info(
             "imgw listening",
@@ -121,26 +124,33 @@ class Server:
     async def _keep_lease(self) -> None:
         lease = self._lease
         assert lease is not None
+        delay = lease.renew_every_s
         while True:
-            await asyncio.sleep(lease.renew_every_s)
+            await asyncio.sleep(delay)
             try:
-                if await lease.renew():
-                    self.log.warning(
-                        "snowflake worker id was taken over; moved", worker_id=lease.worker_id
-                    )
-                    self.ids.worker_id = lease.worker_id
+                moved = await lease.renew()
             except StoreUnavailable as e:
                 self.log.warning("worker id lease renewal failed", error=str(e))
+                delay = 1.0  # re-take the key as soon as Redis is back
+            else:
+                if moved:
+                    self.log.warning("worker id was taken over; moved", worker_id=lease.worker_id)
+                delay = lease.renew_every_s
+            if lease.worker_id < 0:
+                self.ids.suspend()  # taken over and no fresh id yet: sends get unavailable
+            else:
+                self.ids.worker_id = lease.worker_id
 
     async def _end_lease(self) -> None:
         if self._lease_task is not None:
             self._lease_task.cancel()
+            await asyncio.wait([self._lease_task])
         if self._lease is not None:
             try:
                 await self._lease.release()
             except StoreUnavailable as e:
                 self.log.warning("worker id lease release failed", error=str(e))
-            await self._lease._client.aclose()
+            await self._lease.close()
 
     def _report_durability(self) -> None:
         assert self.backends is not None
@@ -198,7 +208,9 @@ class Server:
             self.log.error("requests in flight did not finish in time", connections=len(conns))
 
     def _drain_soon(self, rate: float | None, hint: str | None) -> None:
-        asyncio.get_running_loop().create_task(self.shutdown(rate=rate, hint=hint))
+        self._drain_task = asyncio.get_running_loop().create_task(
+            self.shutdown(rate=rate, hint=hint)
+        )
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
@@ -223,39 +235,36 @@ class Server:
         self.log.info(
             "draining", sessions=len(node.sessions), reason=reason.name.lower(), rate=rate
         )
-        node.accepting = False
-        if self._server is not None:
-            self._server.close()
-        await self._kick_sessions(rate, reason, text, hint)
-        conns = node.live_connections()
-        for conn in conns:
-            if conn.transport is not None and conn.state < State.CLOSING:
-                conn.transport.pause_reading()
-        # Finish what clients already sent: queued requests, then the batcher.
-        inflight = [c.task for c in conns if c.task is not None]
-        if inflight:
-            await asyncio.wait(inflight, timeout=cfg.shutdown_timeout)
+        node.drain_hint = hint
+        node.accepting = False  # from now on a LOGIN is answered KICK draining
         try:
-            await asyncio.wait_for(node.batcher.drain(), timeout=cfg.shutdown_timeout)
-        except TimeoutError:
-            self.log.error("send batcher did not drain in time", pending=node.batcher.pending)
-        await node.settle()
-        for conn in node.live_connections():
-            conn.kick(reason, text, hint)
-        deadline = time.monotonic() + FLUSH_WAIT_S
-        while node.open_count > 0 and time.monotonic() < deadline:  # noqa: ASYNC110 - bounded
-            await asyncio.sleep(0.05)
-        await node.settle()
-        node.wheel.stop()
-        if self._admin is not None:
-            await self._admin.close()
-        assert self.backends is not None
-        await self.backends.bus.close()
-        await self.backends.routes.close()
-        await self.backends.store.close()
-        await self._end_lease()
-        self.log.info("stopped", seconds=round(time.monotonic() - started, 3))
-        self._stopped.set()
+            if self._server is not None:
+                self._server.close()
+            await self._kick_sessions(rate, reason, text, hint)
+            try:
+                await asyncio.wait_for(node.batcher.drain(), timeout=cfg.shutdown_timeout)
+            except TimeoutError:
+                self.log.error("send batcher did not drain in time", pending=node.batcher.pending)
+            await node.settle()
+            deadline = time.monotonic() + FLUSH_WAIT_S
+            while node.open_count > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+            await node.settle()
+        finally:
+            # Whatever failed above, the backends are closed and the process can exit.
+            node.wheel.stop()
+            assert self.backends is not None
+            closers = [self.backends.bus.close, self.backends.routes.close,
+                       self.backends.store.close, self._end_lease]  # fmt: skip
+            if self._admin is not None:
+                closers.insert(0, self._admin.close)
+            for close in closers:
+                try:
+                    await close()
+                except Exception as e:
+                    self.log.error("close failed while stopping", error=repr(e))
+            self.log.info("stopped", seconds=round(time.monotonic() - started, 3))
+            self._stopped.set()
 
 
 def run(config: Config, *, reuse_port: bool = False) -> int:

@@ -28,11 +28,11 @@ import structlog
 from gateway.config import Config
 from gateway.logs import configure
 
+_STOP_SIGNALS: Final = {signal.SIGTERM, signal.SIGINT}
 FAST_FAIL_S: Final = 10.0
 MAX_FAST_FAILS: Final = 5
 BACKOFF_CAP_S: Final = 10.0
 POLL_S: Final = 0.1
-STOP_GRACE_S: Final = 120.0  # after this long draining, stragglers get SIGKILL
 
 
 @dataclass
@@ -69,12 +69,19 @@ class Supervisor:
         for slot in self.slots:
             self._spawn(slot)
         stop_deadline = 0.0
+        # Drain time: every connection a worker may hold at the drain rate, then the
+        # in-flight requests; after that, stragglers get SIGKILL.
+        cfg = self.config
+        per_worker = cfg.max_connections / max(1, cfg.workers)
+        grace = (
+            2 * cfg.shutdown_timeout + 30 + (per_worker / cfg.drain_rate if cfg.drain_rate else 0)
+        )
         while True:
             self._reap()
             now = time.monotonic()
             if self.stopping:
                 if not stop_deadline:
-                    stop_deadline = now + STOP_GRACE_S
+                    stop_deadline = now + grace
                 if not any(s.pid for s in self.slots):
                     break
                 if now > stop_deadline:
@@ -101,18 +108,25 @@ class Supervisor:
 
     def _spawn(self, slot: _Slot) -> None:
         cfg = worker_config(self.config, slot.index)
+        # A SIGTERM must neither be lost between fork() and recording the pid (the new
+        # worker would miss the drain) nor run the supervisor's handler in the child.
+        parent = os.getpid()
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         pid = os.fork()
         if pid == 0:  # the worker
             code = 1
             try:
-                for sig in (signal.SIGTERM, signal.SIGINT):
+                for sig in _STOP_SIGNALS:
                     signal.signal(sig, signal.SIG_DFL)
+                _die_with_parent(parent)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
                 from gateway.server import run
 
                 code = run(cfg, reuse_port=True)
             finally:
                 os._exit(code)
         slot.pid, slot.started = pid, time.monotonic()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # a pending one runs now
         self.log.info("worker started", worker=slot.index, worker_pid=pid)
 
     def _reap(self) -> None:
@@ -175,3 +189,17 @@ def _preload() -> None:
     for name in ("gateway.server", "storage.mysql", "storage.redis", "storage.amqp",
                  "storage.production", "gateway.handlers"):  # fmt: skip
         importlib.import_module(name)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGTERM this worker (a drain) when the supervisor dies, so that a killed
+    supervisor leaves no worker holding the port behind a new one."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the supervisor died before prctl
+        os.kill(os.getpid(), signal.SIGTERM)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Final
 
+from storage.models import StoreUnavailable
+
 EPOCH_MS: Final = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 WORKER_BITS: Final = 10
 SEQ_BITS: Final = 12
@@ -34,7 +36,14 @@ class Snowflake:
             raise ValueError(f"worker id must be 0..{MAX_WORKER}, got {worker_id}")
         self._worker = worker_id
 
+    def suspend(self) -> None:
+        """Stop minting (the leased worker id was lost): next_id raises StoreUnavailable
+        until a worker id is set again."""
+        self._worker = -1
+
     def next_id(self, now_ms: int | None = None) -> int:
+        if self._worker < 0:
+            raise StoreUnavailable("no snowflake worker id (lease lost); retry shortly")
         ms = int(time.time() * 1000) if now_ms is None else now_ms
         if ms <= self._last_ms:
             # Same ms, or the clock stepped back: keep counting on the last ms.

@@ -1,15 +1,19 @@
 r"""Snowflake worker ids leased in Redis, so that two live workers never share one.
 
-Keys: `<p>wid:<n>` (n in 0..1023) → the owner's node id, TTL `ttl_s` (60 s). A worker
+Keys: `<p>{wid}:<n>` (n in 0..1023; one hash tag, so the scripts touch one Redis
+Cluster slot) → the owner's id, TTL `ttl_s` (60 s). A worker
 acquires the first free id from a random starting point in one script (SET NX over the
 range), renews it every `ttl_s / 4` by compare-and-set, and deletes it on a clean exit.
 
 A renewal that finds the key gone (it expired while Redis was unreachable, or Redis lost
 its data) takes it back if it is still free; one that finds it owned by another worker
-moves to a fresh id at once. Between the other worker's acquisition and that renewal the
-two could mint an id in the same millisecond with the same sequence number: the message
-table's primary key refuses the duplicate (the batch fails as `unavailable` and the
-client's retry succeeds), so nothing is silently overwritten.
+gives the id up at once (`worker_id` -1: the gateway stops minting and answers sends
+`unavailable`) and takes a fresh one. While Redis is unreachable the worker keeps its id
+(sends must not stop with Redis) and renews every second, so that when Redis returns it
+re-takes its key within a second; a worker that starts in that second and finds the key
+expired could take the same id, and the two would share it until the first one's
+renewal. That window, after an outage longer than the TTL, is the remaining risk; ids
+are unique per message shard by primary key, not across shards.
 """
 
 from __future__ import annotations
@@ -25,14 +29,13 @@ from storage.snowflake import MAX_WORKER
 
 LEASE_TTL_S: Final = 60
 
-# KEYS: none (the key names are built from ARGV so one script covers the range).
-# ARGV: prefix, owner, ttl_ms, start, count. Returns the acquired id, or -1.
+# KEYS: the lease key of every id, in order. ARGV: owner, ttl_ms, start.
+# Returns the acquired id, or -1.
 _ACQUIRE = """
-local prefix, owner, ttl, start, count = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]),
-  tonumber(ARGV[5])
+local owner, ttl, start, count = ARGV[1], ARGV[2], tonumber(ARGV[3]), #KEYS
 for i = 0, count - 1 do
   local n = (start + i) % count
-  if redis.call('SET', prefix .. 'wid:' .. n, owner, 'NX', 'PX', ttl) then return n end
+  if redis.call('SET', KEYS[n + 1], owner, 'NX', 'PX', ttl) then return n end
 end
 return -1
 """
@@ -71,18 +74,19 @@ class WorkerIdLease:
         return self.ttl_ms / 4000
 
     def key(self, n: int) -> str:
-        return f"{self._prefix}wid:{n}"
+        return f"{self._prefix}{{wid}}:{n}"
 
     async def acquire(self) -> int:
         """Take a free id; StoreUnavailable when Redis is unreachable or all are taken."""
         start = random.randrange(MAX_WORKER + 1)
-        args: list[str | int] = [self._prefix, self.owner, self.ttl_ms, start, MAX_WORKER + 1]
+        keys = [self.key(n) for n in range(MAX_WORKER + 1)]
+        args: list[str | int] = [self.owner, self.ttl_ms, start]
         with unavailable("worker id lease"):
-            n = int(await self._acquire(keys=[], args=args))
+            n = int(await self._acquire(keys=keys, args=args))
         if n < 0:
             raise StoreUnavailable(
                 f"redis: all {MAX_WORKER + 1} snowflake worker ids are leased "
-                f"(keys {self._prefix}wid:*); too many live workers share this Redis"
+                f"(keys {self._prefix}{{wid}}:*); too many live workers share this Redis"
             )
         self.worker_id = n
         return n
@@ -95,8 +99,12 @@ class WorkerIdLease:
             )
         if kept:
             return False
+        self.worker_id = -1  # someone else's now: never mint on it again
         await self.acquire()
         return True
+
+    async def close(self) -> None:
+        await self._client.aclose()
 
     async def release(self) -> None:
         if self.worker_id < 0:

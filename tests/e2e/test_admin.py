@@ -10,11 +10,11 @@ import time
 import pytest
 
 from gateway.server import Server
-from protocol.frames import Kick
+from protocol.frames import Kick, Login
 from protocol.ops import KickReason
 from tests.conftest import StartGateway
 from tests.support.proc import free_port
-from tests.support.wire import Wire
+from tests.support.wire import Wire, token
 
 pytestmark = pytest.mark.backends("embedded")
 
@@ -83,4 +83,24 @@ async def test_drain_paces_kicks_at_the_asked_rate(admin_gw: tuple[Server, int])
     # 30 kicks at 100/s take about 0.3 s; all at once would take a few ms.
     assert times[-1] - times[0] >= 0.2
     assert times[-1] < 5
+    await asyncio.wait_for(gw.wait_stopped(), timeout=10)
+
+
+async def test_drain_refuses_a_non_finite_rate(admin_gw: tuple[Server, int]) -> None:
+    gw, admin = admin_gw
+    assert (await http(admin, "POST", "/drain?rate=inf"))[0] == 400
+    assert (await http(admin, "POST", "/drain?rate=nan"))[0] == 400
+    assert gw.node is not None and gw.node.accepting
+
+
+async def test_a_login_during_a_drain_is_sent_elsewhere(admin_gw: tuple[Server, int]) -> None:
+    gw, admin = admin_gw
+    port = gw.port
+    wires = [await Wire.login(port, uid, "d") for uid in range(1, 41)]
+    late = await Wire.open(port)  # connected before the drain, logs in during it
+    assert (await http(admin, "POST", "/drain?rate=20&hint=10.0.0.3:7070"))[0] == 202
+    await late.send(Login(1, 1, 99, "d", token(99, "d")))
+    assert await late.closed() == [Kick(KickReason.DRAINING, "server draining", "10.0.0.3:7070")]
+    for w in wires:
+        await w.close()
     await asyncio.wait_for(gw.wait_stopped(), timeout=10)

@@ -31,14 +31,14 @@ async def test_released_id_is_free_again_and_all_taken_is_an_error(
     client: aioredis.Redis, prefix: str
 ) -> None:
     for n in range(MAX_WORKER + 1):  # every id held by someone else
-        await client.set(f"{prefix}wid:{n}", "other", px=60_000)
+        await client.set(lease(client, prefix, "x").key(n), "other", px=60_000)
     late = lease(client, prefix, "late")
     with pytest.raises(StoreUnavailable, match="all 1024 snowflake worker ids are leased"):
         await late.acquire()
-    await client.delete(f"{prefix}wid:17")
+    await client.delete(lease(client, prefix, "x").key(17))
     assert await late.acquire() == 17
     await late.release()
-    assert await client.exists(f"{prefix}wid:17") == 0
+    assert await client.exists(lease(client, prefix, "x").key(17)) == 0
 
 
 async def test_renewal_keeps_refreshes_and_retakes_after_data_loss(
@@ -66,3 +66,15 @@ async def test_renewal_moves_to_a_fresh_id_when_taken_over(
     assert await client.get(mine.key(mine.worker_id)) == b"me"
     await mine.release()
     assert await client.get(mine.key(n)) == b"thief"  # release never touches another's
+
+
+async def test_a_taken_over_id_is_given_up_even_when_no_other_is_free(
+    client: aioredis.Redis, prefix: str
+) -> None:
+    mine = lease(client, prefix, "me")
+    n = await mine.acquire()
+    for k in range(MAX_WORKER + 1):  # ours taken over, and every other id held too
+        await client.set(mine.key(k), "other", px=60_000)
+    with pytest.raises(StoreUnavailable):
+        await mine.renew()
+    assert mine.worker_id == -1, f"must not keep minting on id {n}, now another's"
