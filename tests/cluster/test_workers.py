@@ -41,7 +41,7 @@ async def wait_for(what: str, check, timeout: float = 20.0):  # type: ignore[no-
 async def leased_ids(cache_url: str) -> dict[str, str]:
     client, prefix = redis_from_url(cache_url)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}{{wid}}:*")]
+        keys = {k async for k in client.scan_iter(match=f"{prefix}{{wid}}:*")}
         return {k.decode(): (await client.get(k)).decode() for k in keys}
     finally:
         await client.aclose()
