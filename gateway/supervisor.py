@@ -9,8 +9,9 @@ worker, at once: a rolling restart), and on SIGTERM or SIGINT forwards SIGTERM t
 worker, waits for all of them to drain, and exits 0.
 
 A worker that keeps dying within `FAST_FAIL_S` of its start (bad config, a backend that
-is down) is given up on after `MAX_FAST_FAILS` tries: the supervisor stops the others and
-exits 1, so that the service manager sees the failure.
+is down) while no other worker has been up that long is given up on after
+`MAX_FAST_FAILS` tries: the supervisor stops the others and exits 1, so that the service
+manager sees the failure. While other workers serve, it is retried every BACKOFF_CAP_S.
 """
 
 from __future__ import annotations
@@ -141,6 +142,13 @@ class Supervisor:
             if slot is not None:
                 self._exited(slot, status)
 
+    def _service_up(self) -> bool:
+        """Some worker has run longer than FAST_FAIL_S: the service works, so a worker
+        that keeps failing (its broker link, say) is retried rather than the whole
+        service taken down."""
+        now = time.monotonic()
+        return any(s.pid and now - s.started >= FAST_FAIL_S for s in self.slots)
+
     def _exited(self, slot: _Slot, status: int) -> None:
         code = os.waitstatus_to_exitcode(status)
         lived = time.monotonic() - slot.started
@@ -156,7 +164,7 @@ class Supervisor:
             return
         slot.fast_fails = slot.fast_fails + 1 if lived < FAST_FAIL_S else 1
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-        if slot.fast_fails > MAX_FAST_FAILS:
+        if slot.fast_fails > MAX_FAST_FAILS and not self._service_up():
             self.log.error(
                 "worker keeps failing at start; giving up (see its log above)",
                 worker=slot.index,

@@ -70,6 +70,7 @@ DEAD_TTL_MS = 24 * 3600 * 1000
 NODE_QUEUE_PREFIX = "imgw.node."
 
 CONNECT_TIMEOUT_S = 5.0
+MAX_INFLIGHT = 10_000  # publishes awaiting their confirm; beyond this they count as lost
 HEARTBEAT_S = 10
 RECONNECT_INTERVAL_S = 2
 SCHEMES = ("amqp", "amqps")
@@ -138,6 +139,7 @@ class AmqpBus:
         self._url, self.options = parse_amqp_url(url)
         self._shown_url = redact(url)
         self.published = self.lost = self.unroutable = self.dead_lettered = self.outages = 0
+        self._inflight = 0  # publishes awaiting their confirm
         self._conn: AbstractRobustConnection | None = None
         self._push: AbstractExchange | None = None
         self._pub_channel: AbstractRobustChannel | None = None
@@ -231,13 +233,21 @@ class AmqpBus:
         if exchange is None or channel is None or self._down or channel.is_closed:
             self.lost += 1  # link down (or not started): never wait for the reconnect
             return
+        if self._inflight >= MAX_INFLIGHT:
+            # The broker is slow (flow control, a half-dead link the heartbeat has not
+            # caught yet): do not pile frames up in the client's buffer.
+            self.lost += 1
+            return
         message = aio_pika.Message(payload, delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT)
+        self._inflight += 1
         try:
             async with asyncio.timeout(self.options.publish_timeout_s):
                 result = await exchange.publish(message, routing_key=node, mandatory=True)
         except Exception:  # timeout, nack, channel or connection closed under us
             self.lost += 1
             return
+        finally:
+            self._inflight -= 1
         if isinstance(result, aiormq.spec.Basic.Ack):
             self.published += 1
         else:  # the returned message: no queue is bound for `node`
