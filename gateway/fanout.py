@@ -5,7 +5,8 @@ land in one) are resolved together: one route lookup for the union of their user
 Redis round trip, not one per message), then each frame written to its local connections
 and, for users on other nodes, one bus publish per node carrying every frame for it.
 Best effort: a failed lookup is logged and counted, a failed publish is counted by the
-bus (it never raises); receivers catch up with SYNC/PULL.
+bus (it never raises); receivers catch up with SYNC/PULL, and those behind a lost publish
+are sent SYNC_HINT once the node can publish again (`Node.missed`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 import msgpack
+
+from storage.ports import Delivery
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -67,7 +70,7 @@ class FanOut:
         me = node.node_id
         sessions = node.sessions
         pushes = 0
-        remote: dict[str, list[list[object]]] = defaultdict(list)
+        remote: dict[str, list[tuple[list[int], bytes]]] = defaultdict(list)
         for d in batch:
             far: dict[str, list[int]] = {}
             for uid in d.uids:
@@ -81,12 +84,15 @@ class FanOut:
                     else:
                         far.setdefault(r.node, []).append(r.conn_id)
             for target, conn_ids in far.items():
-                remote[target].append([conn_ids, d.payload])
+                remote[target].append((conn_ids, d.payload))
         node.metrics.pushes.inc(pushes)
         if remote:  # one publish per node, all at once (each may wait for a broker confirm)
-            await asyncio.gather(
+            results = await asyncio.gather(
                 *(
                     node.bus.publish(t, msgpack.packb([BUS_FRAMES, items]))
                     for t, items in remote.items()
                 )
             )
+            for (target, items), result in zip(remote.items(), results, strict=True):
+                if result is Delivery.LOST:  # that node is alive: tell its clients later
+                    node.missed(target, {c for conn_ids, _ in items for c in conn_ids})

@@ -27,9 +27,11 @@ from protocol.codec import encode
 from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
 from storage.models import Route, StoredMessage, StoreUnavailable
-from storage.ports import Bus, ChatStore, RouteStore
+from storage.ports import Bus, ChatStore, Delivery, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
+MISSED_RETRY_S: Final = 1.0
+MISSED_CAP: Final = 100_000  # connection ids remembered per node; beyond, their next sync
 PACE_STEP_S: Final = 0.05
 
 
@@ -77,6 +79,8 @@ class Node:
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()
         self.fan = FanOut(self)
+        self._missed: dict[str, set[int]] = {}  # node -> its connections behind lost publishes
+        self._missed_task: asyncio.Task[None] | None = None
         self.accepting = True
         self.drain_hint = config.reconnect_hint  # the reconnect hint of the drain under way
 
@@ -302,6 +306,34 @@ class Node:
         except Exception as e:
             self.log.warning("bad bus envelope", error=repr(e))
             raise  # the bus dead-letters it
+
+    def missed(self, target: str, conn_ids: Iterable[int]) -> None:
+        """Frames for `conn_ids` on node `target` were lost on the way (our bus link was
+        down, or the broker did not confirm): send them SYNC_HINT once we can publish
+        again, so they catch up without waiting for their next reconnect."""
+        ids = self._missed.setdefault(target, set())
+        if len(ids) < MISSED_CAP:
+            ids.update(conn_ids)
+        if self._missed_task is None:
+            self._missed_task = self.loop.create_task(self._hint_missed())
+
+    async def _hint_missed(self) -> None:
+        try:
+            while self._missed:
+                await asyncio.sleep(MISSED_RETRY_S)
+                for target in list(self._missed):
+                    ids = self._missed.pop(target)
+                    envelope = msgpack.packb([BUS_FRAMES, [[list(ids), _SYNC_HINT]]])
+                    if await self.bus.publish(target, envelope) is Delivery.LOST:
+                        self._missed.setdefault(target, set()).update(ids)  # next round
+        finally:
+            self._missed_task = None
+
+    def close(self) -> None:
+        """Stop the node's timers and background retries (at the end of a shutdown)."""
+        self.wheel.stop()
+        if self._missed_task is not None:
+            self._missed_task.cancel()
 
     def _on_bus_resume(self) -> None:
         """The bus link is back after an outage: pushes to our connections may have been

@@ -252,7 +252,7 @@ class Server:
             await node.settle()
         finally:
             # Whatever failed above, the backends are closed and the process can exit.
-            node.wheel.stop()
+            node.close()
             assert self.backends is not None
             closers = [self.backends.bus.close, self.backends.routes.close,
                        self.backends.store.close, self._end_lease]  # fmt: skip

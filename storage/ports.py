@@ -9,6 +9,7 @@ the authoritative store raises `StoreUnavailable` and commits nothing.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -174,6 +175,16 @@ class RouteStore(Protocol):
 
 
 BusHandler = Callable[[bytes], Awaitable[None] | None]
+
+
+class Delivery(enum.Enum):
+    """What became of one publish."""
+
+    OK = "ok"  # the broker took it for the node's queue
+    LOST = "lost"  # link down, timeout, refused: the node may be alive and missed it
+    UNROUTABLE = "unroutable"  # no queue for the node: it is gone
+
+
 ResumeHandler = Callable[[], None]
 
 
@@ -196,9 +207,9 @@ class Bus(Protocol):
         runs each time the link comes back after an outage (pushes may have been lost)."""
         ...
 
-    async def publish(self, node: str, payload: bytes) -> None:
+    async def publish(self, node: str, payload: bytes) -> Delivery:
         """Best effort and prompt: never raises and never waits for a reconnect; a
-        failure is counted in `lost` or `unroutable`."""
+        failure is counted in `lost` or `unroutable` and returned."""
         ...
 
     async def close(self) -> None: ...

@@ -58,7 +58,7 @@ from aio_pika.abc import (
 from yarl import URL
 
 from storage.models import StoreUnavailable
-from storage.ports import BusHandler, ResumeHandler
+from storage.ports import BusHandler, Delivery, ResumeHandler
 
 log = structlog.get_logger("imgw.bus")
 
@@ -228,16 +228,16 @@ class AmqpBus:
         except Exception as e:  # the channel is gone: the broker redelivers the envelope
             log.info("bus ack failed", error=repr(e))
 
-    async def publish(self, node: str, payload: bytes) -> None:
+    async def publish(self, node: str, payload: bytes) -> Delivery:
         exchange, channel = self._push, self._pub_channel
         if exchange is None or channel is None or self._down or channel.is_closed:
             self.lost += 1  # link down (or not started): never wait for the reconnect
-            return
+            return Delivery.LOST
         if self._inflight >= MAX_INFLIGHT:
             # The broker is slow (flow control, a half-dead link the heartbeat has not
             # caught yet): do not pile frames up in the client's buffer.
             self.lost += 1
-            return
+            return Delivery.LOST
         message = aio_pika.Message(payload, delivery_mode=aio_pika.DeliveryMode.NOT_PERSISTENT)
         self._inflight += 1
         try:
@@ -245,13 +245,14 @@ class AmqpBus:
                 result = await exchange.publish(message, routing_key=node, mandatory=True)
         except Exception:  # timeout, nack, channel or connection closed under us
             self.lost += 1
-            return
+            return Delivery.LOST
         finally:
             self._inflight -= 1
         if isinstance(result, aiormq.spec.Basic.Ack):
             self.published += 1
-        else:  # the returned message: no queue is bound for `node`
-            self.unroutable += 1
+            return Delivery.OK
+        self.unroutable += 1  # the returned message: no queue is bound for `node`
+        return Delivery.UNROUTABLE
 
     def _link_closed(self, _conn: Any, exc: BaseException | None = None) -> None:
         if self._closing or self._down:

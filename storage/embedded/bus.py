@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from storage.ports import BusHandler, ResumeHandler
+from storage.ports import BusHandler, Delivery, ResumeHandler
 
 
 class LocalBus:
@@ -16,10 +16,10 @@ class LocalBus:
     async def start(self, node: str, handler: BusHandler, on_resume: ResumeHandler) -> None:
         self._node, self._handler = node, handler
 
-    async def publish(self, node: str, payload: bytes) -> None:
+    async def publish(self, node: str, payload: bytes) -> Delivery:
         if node != self._node or self._handler is None:
             self.unroutable += 1
-            return
+            return Delivery.UNROUTABLE
         self.published += 1
         try:
             result = self._handler(payload)
@@ -27,6 +27,7 @@ class LocalBus:
                 await result
         except Exception:
             self.dead_lettered += 1
+        return Delivery.OK
 
     async def close(self) -> None:
         self._handler = None

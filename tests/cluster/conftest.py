@@ -37,14 +37,22 @@ class Cluster:
     rabbit: TcpProxy
     nodes: list[GatewayProcess] = field(default_factory=list)
     clients: list[Client] = field(default_factory=list)
+    links: dict[int, TcpProxy] = field(default_factory=dict)  # nodes with their own proxy
 
-    async def start_node(self, *extra: str) -> GatewayProcess:
-        """Start one more node (in a thread: the RabbitMQ proxy runs on this loop)."""
+    async def start_node(self, *extra: str, own_link: bool = False) -> GatewayProcess:
+        """Start one more node (in a thread: the RabbitMQ proxy runs on this loop). With
+        `own_link`, its link to RabbitMQ goes through a proxy of its own
+        (`self.links[i]`), so that a test can cut this node alone off the bus."""
         i = len(self.nodes)
+        bus = self.bus
+        if own_link:
+            proxy = self.links[i] = TcpProxy("127.0.0.1", AMQP_PORT)
+            port = await proxy.start()
+            bus = bus.replace(f":{self.rabbit.port}/", f":{port}/")
         node = GatewayProcess(
             self.root / f"n{i}",
             None,
-            "--store", self.store, "--cache", self.cache, "--bus", self.bus,
+            "--store", self.store, "--cache", self.cache, "--bus", bus,
             "--node-id", f"n{i}-{secrets.token_hex(3)}", "--sync-hint-spread", "0.5",
             "--drain-rate", "200", *extra,
         )  # fmt: skip
@@ -84,6 +92,8 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         for node in c.nodes:
             node.kill()
         await proxy.close()
+        for link in c.links.values():
+            await link.close()
         await drop_mysql(store)
         await drop_redis(cache)
 

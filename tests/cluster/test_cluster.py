@@ -154,3 +154,34 @@ async def test_drain_moves_every_client_without_loss(three: Cluster) -> None:
     assert counts["acked"] == counts["sends"], counts
     for c in run.clients.values():
         assert c.connected and c.stats.reconnects >= 1
+
+
+async def test_receivers_behind_a_publisher_cut_off_the_bus_get_sync_hint(
+    cluster: Cluster,
+) -> None:
+    """Only the sender's node loses its bus link: the receiver's node lost nothing, so
+    only the sender's node knows the PUSH never left; once it can publish again it
+    sends the receiver SYNC_HINT, and the receiver's catch-up brings the message."""
+    await cluster.start_node(own_link=True)  # node 0: the sender's
+    await cluster.start_node()  # node 1: the receiver's
+    sender = cluster.client(1, first=0)
+    receiver = cluster.client(2, first=1)
+    await sender.connect()
+    await receiver.connect()
+    history = History(members={})
+    listening = asyncio.create_task(history.receive(receiver))
+    conv = await sender.open_p2p(2)
+    history.members[conv] = {1, 2}
+    await history.send(sender, conv, b"before")
+    cluster.links[0].cut()  # node 0 alone is off the bus
+    await asyncio.sleep(0.5)
+    lost = await history.send(sender, conv, b"while node 0 is off the bus")
+    assert lost.outcome == "acked"  # durable, though its PUSH cannot leave node 0
+    await asyncio.sleep(1.0)
+    assert (conv, lost.seq, lost.content) not in history.received[2]
+    cluster.links[0].restore()
+    async with asyncio.timeout(20):  # node 0 reconnects, then hints node 1's client
+        while (conv, lost.seq, lost.content) not in history.received[2]:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+    assert history.hints[2] >= 1  # it came by SYNC_HINT and the catch-up it started
+    listening.cancel()
