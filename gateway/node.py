@@ -356,10 +356,7 @@ class Node:
         started = self.loop.time()
         done = 0
         while done < len(conns):
-            if per_s > 0:
-                allowed = max(1, int((self.loop.time() - started) * per_s) + 1)
-            else:
-                allowed = len(conns)
+            allowed = due_by(self.loop.time() - started, per_s, len(conns))
             for conn in conns[done:allowed]:
                 if conn.active:
                     act(conn)
@@ -371,6 +368,14 @@ class Node:
 
     def live_connections(self) -> list[Connection]:
         return list(self.sessions.values())
+
+
+def due_by(elapsed_s: float, per_s: float, total: int) -> int:
+    """How many of `total` paced actions are due `elapsed_s` after the start, at `per_s`
+    a second (the first at once; all at once when `per_s` <= 0)."""
+    if per_s <= 0:
+        return total
+    return min(total, int(elapsed_s * per_s) + 1)
 
 
 _SYNC_HINT: Final = encode(SyncHint())

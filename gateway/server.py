@@ -30,7 +30,7 @@ from gateway.admin import AdminServer
 from gateway.config import Config
 from gateway.connection import Connection
 from gateway.logs import configure
-from gateway.node import PACE_STEP_S, Node
+from gateway.node import PACE_STEP_S, Node, due_by
 from protocol.ops import KickReason
 from storage.factory import BackendError, Backends, open_backends
 from storage.models import StoreUnavailable
@@ -175,10 +175,8 @@ class Server:
         started = loop.time()
         kicked = 0
         while node.sessions:
-            if rate > 0:
-                quota = max(1, int((loop.time() - started) * rate) + 1 - kicked)
-            else:
-                quota = len(node.sessions)
+            total = kicked + len(node.sessions)
+            quota = max(1, due_by(loop.time() - started, rate, total) - kicked)
             step = list(itertools.islice(node.sessions.values(), quota))
             for conn in step:
                 if conn.transport is not None:
