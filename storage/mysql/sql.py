@@ -1,0 +1,106 @@
+"""SQL text for the send path, built without a driver round of escaping.
+
+Every value here is an int, bytes or None, so the literals are exact and cheap: ints
+as decimal, bytes as hex (`X'..'`, which needs no escaping and is binary-safe), None
+as NULL. PyMySQL's generic escaping of the same values was 7 % of a worker's CPU at
+5,000 msg/s. Pure functions: the store sends the text, usually several statements in
+one round trip (aiomysql enables multi-statements on every connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Final
+
+from storage.models import StoredMessage
+
+MSG_COLS: Final = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
+
+Value = int | bytes | None
+
+
+def lit(v: Value) -> str:
+    """One SQL literal. Anything but int, bytes or None is refused (never str)."""
+    if v is None:
+        return "NULL"
+    if isinstance(v, bytes):
+        return f"X'{v.hex()}'"
+    if isinstance(v, int):
+        return str(int(v))  # int(): a bool or int subclass prints as a plain number
+    raise TypeError(f"no SQL literal for {type(v).__name__}")
+
+
+def row(values: Iterable[Value]) -> str:
+    return "(" + ",".join(map(lit, values)) + ")"
+
+
+def ints(values: Iterable[int]) -> str:
+    """`1,2,3` for an IN list (at least one value)."""
+    out = ",".join(str(int(v)) for v in values)
+    if not out:
+        raise ValueError("empty IN list")
+    return out
+
+
+def lock_seqs(convs: Iterable[int]) -> str:
+    """Lock the conversations' seq rows until commit, in conv_id order (so concurrent
+    transactions cannot deadlock on them); rows: conv_id, max_seq."""
+    return (
+        f"SELECT conv_id, max_seq FROM im_conv_seq WHERE conv_id IN ({ints(sorted(convs))}) "
+        "ORDER BY conv_id FOR UPDATE"
+    )
+
+
+def set_seqs(top: Mapping[int, int], now: int) -> str:
+    """Write new max seqs of rows locked by lock_seqs (creating missing rows)."""
+    values = ",".join(row((c, top[c], top[c], now)) for c in sorted(top))
+    return (
+        "INSERT INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
+        f"VALUES {values} ON DUPLICATE KEY UPDATE max_seq = VALUES(max_seq), "
+        "reserved_seq = VALUES(reserved_seq), "
+        "last_active_ms = GREATEST(last_active_ms, VALUES(last_active_ms))"
+    )
+
+
+def current_members(convs: Iterable[int]) -> str:
+    """Current members with a locking read (a membership change holds the seq row lock
+    to write its system message, so this sees membership in seq order); rows: conv_id,
+    uid in join order."""
+    return (
+        f"SELECT conv_id, uid FROM im_conv_member WHERE conv_id IN ({ints(sorted(convs))}) "
+        "AND left_seq IS NULL ORDER BY conv_id, joined_seq, pos LOCK IN SHARE MODE"
+    )
+
+
+def find_sent(keys: Sequence[tuple[int, str]]) -> str:
+    """Idempotency records of (sender, client_msg_id) keys; rows: sender_uid,
+    client_msg_id, conv_id, seq. A row-constructor IN is a PK range lookup per key and
+    parses in half the time of the equivalent OR chain (2.8 vs 6.3 ms for 400 keys)."""
+    if not keys:
+        raise ValueError("no keys")
+    marks = ",".join(row((sender, cmid.encode())) for sender, cmid in keys)
+    return (
+        "SELECT sender_uid, client_msg_id, conv_id, seq FROM im_send_dedup "
+        f"WHERE (sender_uid, client_msg_id) IN ({marks})"
+    )
+
+
+def insert_messages(table: str, msgs: Sequence[StoredMessage]) -> str:
+    values = ",".join(
+        row((
+            m.conv_id, m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content, m.server_ms,
+            m.client_msg_id.encode() if m.client_msg_id else None,
+        ))
+        for m in msgs
+    )  # fmt: skip
+    return f"INSERT INTO {table} ({MSG_COLS}) VALUES {values}"
+
+
+def insert_sent(msgs: Sequence[StoredMessage], now: int) -> str:
+    values = ",".join(
+        row((m.sender_uid, m.client_msg_id.encode(), m.conv_id, m.seq, now)) for m in msgs
+    )
+    return (
+        "INSERT INTO im_send_dedup (sender_uid, client_msg_id, conv_id, seq, created_ms) "
+        f"VALUES {values}"
+    )
