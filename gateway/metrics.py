@@ -62,6 +62,12 @@ class Metrics:
         """Expose the bus adapter's counters as imgw_bus_*_total."""
         self.registry.register(_BusCollector(bus))
 
+    def watch_store(self, store: object) -> None:
+        """Expose the store's recent-cache counters (when it has them) as
+        imgw_recent_cache_{hits,misses}_total."""
+        if hasattr(store, "recent_hits"):
+            self.registry.register(_RecentCollector(store))
+
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
         self.commit_seconds.observe(seconds)
@@ -78,4 +84,18 @@ class _BusCollector:
         for name, text in _BUS_COUNTERS:
             family = CounterMetricFamily(f"imgw_bus_{name}", text)
             family.add_metric([], getattr(self._bus, name))
+            yield family
+
+
+class _RecentCollector:
+    def __init__(self, store: object) -> None:
+        self._store = store
+
+    def collect(self) -> Iterator[Metric]:
+        for name, text in (
+            ("hits", "PULL/HISTORY pages answered from the Redis recent-message cache"),
+            ("misses", "Pages the recent-message cache could not prove complete (MySQL)"),
+        ):
+            family = CounterMetricFamily(f"imgw_recent_cache_{name}", text)
+            family.add_metric([], getattr(self._store, f"recent_{name}"))
             yield family

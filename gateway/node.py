@@ -55,6 +55,7 @@ class Node:
         self.keyring = config.keyring()
         self.metrics = Metrics()
         self.metrics.watch_bus(bus)
+        self.metrics.watch_store(store)
         self.log = structlog.get_logger("imgw").bind(node=node_id)
         self.log_throttle = Throttle(self.loop.time)
         self.wheel = TimingWheel(self.loop, on_tick=self._on_tick)

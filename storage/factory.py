@@ -54,8 +54,10 @@ def open_backends(
     ids = ids or Snowflake(0)
     cache_scheme = urlsplit(cache_url).scheme
     cache = None
+    recent = None
     if cache_scheme in ("redis", "rediss"):
         from storage.redis import RedisCache, RedisRouteStore, redis_from_url
+        from storage.redis.recent import RecentCache
 
         try:
             client, prefix = redis_from_url(cache_url)
@@ -63,6 +65,7 @@ def open_backends(
             raise BackendError(str(e)) from e
         routes: RouteStore = RedisRouteStore(client, prefix=prefix)
         cache = RedisCache(client, prefix=prefix)
+        recent = RecentCache(client, prefix=prefix)
     elif cache_scheme == "memory":
         routes = MemoryRouteStore()
     else:
@@ -81,7 +84,7 @@ def open_backends(
             mysql = MySQLStore(MySQLSettings.from_url(store_url), ids=ids)
         except ValueError as e:
             raise BackendError(str(e)) from e
-        store = mysql if cache is None else ProductionStore(mysql, cache)
+        store = mysql if cache is None else ProductionStore(mysql, cache, recent)
     else:
         raise BackendError(
             f"unsupported store {store_url!r}: use sqlite:///path or mysql://user:pw@host/db"

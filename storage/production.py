@@ -12,20 +12,26 @@ What Redis holds here (see storage/redis/cache.py for the keys):
   retrying the same send again and again costs MySQL once (writing a record per message
   on the send path cost 12 % of the worker's CPU at 6,000 msg/s, for a rare path);
 - read and delivered positions: written to Redis first and flushed to MySQL in batches
-  (every FLUSH_EVERY_S, at most 3 s), positions only ever move forward.
+  (every FLUSH_EVERY_S, at most 3 s), positions only ever move forward;
+- the last 200 messages of each conversation (storage/redis/recent.py), written after
+  each group commit in one round trip. PULL and HISTORY pages inside them are answered
+  from Redis; MySQL then answers only a primary-key read of the committed max seq, which
+  is what proves that the cache holds every message of the page (a cache write that
+  failed leaves the cache behind the committed seqs: the page then comes from MySQL).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import structlog
 
 from storage.models import (
     AppendResult,
+    AppendStatus,
     Conversation,
     Membership,
     MembershipChange,
@@ -38,6 +44,7 @@ from storage.models import (
 )
 from storage.mysql import MySQLStore
 from storage.redis.cache import MemberSnapshot, RedisCache
+from storage.redis.recent import RecentCache
 
 FLUSH_EVERY_S: Final = 1.0
 log = structlog.get_logger("imgw.store")
@@ -53,9 +60,17 @@ def _snapshot(conv_id: int, version: int, rows: Sequence[Membership]) -> MemberS
 
 
 class ProductionStore:
-    def __init__(self, mysql: MySQLStore, cache: RedisCache) -> None:
+    def __init__(
+        self, mysql: MySQLStore, cache: RedisCache, recent: RecentCache | None = None
+    ) -> None:
         self.mysql = mysql
         self.cache = cache
+        self.recent = recent
+        # Conversations whose cached messages may be stale (a recall could not drop
+        # them): not read from the cache here until the drop succeeds.
+        self._stale_recent: set[int] = set()
+        self.recent_hits = 0
+        self.recent_misses = 0
         # Positions accepted in Redis, not yet in MySQL: (conv, uid) -> (seq, ms).
         self._reads: dict[tuple[int, int], tuple[int, int]] = {}
         self._delivered: dict[tuple[int, int, str], tuple[int, int]] = {}
@@ -145,6 +160,7 @@ class ProductionStore:
     ) -> tuple[int, StoredMessage]:
         conv_id, msg = await self.mysql.create_group(owner, title, uids)
         await self._refresh_members(conv_id)
+        await self._cache_recent([msg])
         return conv_id, msg
 
     async def change_members(
@@ -159,13 +175,27 @@ class ProductionStore:
         change = await self.mysql.change_members(conv_id, by, add, remove, max_members=max_members)
         if change.messages:
             await self._refresh_members(conv_id)
+            await self._cache_recent(change.messages)
         return change
 
     # -- messages ------------------------------------------------------------------------
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         results = await self.mysql.append(batch)
+        await self._cache_recent(
+            r.message for r in results if r.status is AppendStatus.STORED and r.message
+        )
         return results
+
+    async def _cache_recent(self, msgs: Iterable[StoredMessage]) -> None:
+        """Best effort, after the commit: a failed write only makes reads of those
+        conversations go to MySQL until the next write resets their cache."""
+        if self.recent is None:
+            return
+        try:
+            await self.recent.add(msgs)
+        except StoreUnavailable as e:
+            self._redis_failed("recent add", e)
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         """The idempotency record of a send, from Redis, else MySQL."""
@@ -187,6 +217,10 @@ class ProductionStore:
     async def read_after(
         self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
     ) -> tuple[list[StoredMessage], bool]:
+        lo = max(after_seq + 1, min_seq)
+        page = await self._recent_page(conv_id, lo, max_seq, limit, newest=False)
+        if page is not None:
+            return page
         return await self.mysql.read_after(
             conv_id, after_seq, limit, min_seq=min_seq, max_seq=max_seq
         )
@@ -194,14 +228,71 @@ class ProductionStore:
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
     ) -> tuple[list[StoredMessage], bool]:
+        hi = max_seq if before_seq == 0 else before_seq - 1  # 0: from the newest
+        if max_seq is not None and hi is not None:
+            hi = min(hi, max_seq)
+        page = await self._recent_page(conv_id, min_seq, hi, limit, newest=True)
+        if page is not None:
+            return page
         return await self.mysql.read_before(
             conv_id, before_seq, limit, min_seq=min_seq, max_seq=max_seq
         )
 
+    async def _recent_page(
+        self, conv_id: int, lo: int, hi: int | None, limit: int, *, newest: bool
+    ) -> tuple[list[StoredMessage], bool] | None:
+        """The page of seqs in [lo, hi] (the first `limit`, or the last `limit` when
+        `newest`) and whether more of the range lies beyond it, from the recent cache;
+        None when the cache cannot prove it holds the whole page (then MySQL answers).
+
+        Seqs are gapless (allocated under the seq row lock; a rollback gives them back),
+        so the range's messages are exactly seqs lo..min(hi, committed max): the cache
+        answers when it holds every one of the seqs the page needs."""
+        if self.recent is None or conv_id in self._stale_recent or limit <= 0:
+            return None
+        lo = max(lo, 1)
+        committed = await self.mysql.max_seq(conv_id)
+        end = committed if hi is None else min(hi, committed)
+        if end < lo:
+            return [], False
+        # one seq past the page, to know whether there is more
+        first, last = (max(lo, end - limit), end) if newest else (lo, min(end, lo + limit))
+        try:
+            got = await self.recent.range(conv_id, first, last)
+        except StoreUnavailable as e:
+            self._redis_failed("recent range", e)
+            return None
+        if [m.seq for m in got] != list(range(first, last + 1)):
+            self.recent_misses += 1
+            return None
+        self.recent_hits += 1
+        more = last - first + 1 > limit
+        if not more:
+            return got, False
+        return (got[1:], True) if newest else (got[:limit], True)
+
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
     ) -> RecallResult:
+        # Dropped before the recall commits: what gets cached afterwards is newer than
+        # `seq`, so the recalled content can no longer be read from the cache.
+        if self.recent is not None:
+            try:
+                await self.recent.drop(conv_id)
+            except StoreUnavailable as e:
+                self._redis_failed("recent drop", e)
+                self._stale_recent.add(conv_id)
         return await self.mysql.recall(conv_id, seq, by, window_ms=window_ms, min_seq=min_seq)
+
+    async def _drop_stale_recent(self) -> None:
+        if self.recent is None:
+            return
+        for conv_id in list(self._stale_recent):
+            try:
+                await self.recent.drop(conv_id)
+            except StoreUnavailable:
+                return  # Redis still down: next time
+            self._stale_recent.discard(conv_id)
 
     # -- positions -----------------------------------------------------------------------
 
@@ -256,6 +347,7 @@ class ProductionStore:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
+            await self._drop_stale_recent()
             try:
                 await self.flush_positions()
             except StoreUnavailable as e:
