@@ -64,7 +64,7 @@ class Metrics:
 
     def watch_store(self, store: object) -> None:
         """Expose the store's recent-cache counters (when it has them) as
-        imgw_recent_cache_{hits,misses}_total."""
+        imgw_recent_cache_{hits,misses,skipped}_total."""
         if hasattr(store, "recent_hits"):
             self.registry.register(_RecentCollector(store))
 
@@ -95,6 +95,7 @@ class _RecentCollector:
         for name, text in (
             ("hits", "PULL/HISTORY pages answered from the Redis recent-message cache"),
             ("misses", "Pages the recent-message cache could not prove complete (MySQL)"),
+            ("skipped", "Recent-cache writes skipped: too many in flight"),
         ):
             family = CounterMetricFamily(f"imgw_recent_cache_{name}", text)
             family.add_metric([], getattr(self._store, f"recent_{name}"))

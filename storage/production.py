@@ -47,6 +47,7 @@ from storage.redis.cache import MemberSnapshot, RedisCache
 from storage.redis.recent import RecentCache
 
 FLUSH_EVERY_S: Final = 1.0
+MAX_CACHE_WRITES: Final = 64  # recent-cache writes in flight
 log = structlog.get_logger("imgw.store")
 
 
@@ -69,8 +70,10 @@ class ProductionStore:
         # Conversations whose cached messages may be stale (a recall could not drop
         # them): not read from the cache here until the drop succeeds.
         self._stale_recent: set[int] = set()
+        self._cache_writes: set[asyncio.Task[None]] = set()
         self.recent_hits = 0
         self.recent_misses = 0
+        self.recent_skipped = 0
         # Positions accepted in Redis, not yet in MySQL: (conv, uid) -> (seq, ms).
         self._reads: dict[tuple[int, int], tuple[int, int]] = {}
         self._delivered: dict[tuple[int, int, str], tuple[int, int]] = {}
@@ -83,7 +86,13 @@ class ProductionStore:
         await self.mysql.start()
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
 
+    async def cache_settled(self, timeout: float = 2.0) -> None:
+        """Wait (up to `timeout`) for the recent-cache writes in flight."""
+        if self._cache_writes:
+            await asyncio.wait(set(self._cache_writes), timeout=timeout)
+
     async def close(self) -> None:
+        await self.cache_settled()
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -182,9 +191,19 @@ class ProductionStore:
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         results = await self.mysql.append(batch)
-        await self._cache_recent(
-            r.message for r in results if r.status is AppendStatus.STORED and r.message
-        )
+        stored = [r.message for r in results if r.status is AppendStatus.STORED and r.message]
+        if stored and self.recent is not None:
+            # Not awaited: the acks need not wait for it, and the batcher's commit slot
+            # is free for the next batch meanwhile. A read racing the write misses the
+            # cache and goes to MySQL; writes landing out of order are safe (see
+            # storage/redis/recent.py). Bounded: past the cap a write is skipped, which
+            # only means a miss later.
+            if len(self._cache_writes) < MAX_CACHE_WRITES:
+                task = asyncio.get_running_loop().create_task(self._cache_recent(stored))
+                self._cache_writes.add(task)
+                task.add_done_callback(self._cache_writes.discard)
+            else:
+                self.recent_skipped += 1
         return results
 
     async def _cache_recent(self, msgs: Iterable[StoredMessage]) -> None:

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gateway.server import Server
-from protocol.frames import Kick, Login
+from protocol.frames import ConvOk, Frame, Kick, Login, OpenP2P, Pull, PullResult, Send
 from protocol.ops import KickReason
 from tests.conftest import StartGateway
 from tests.support.proc import free_port
@@ -104,3 +104,25 @@ async def test_a_login_during_a_drain_is_sent_elsewhere(admin_gw: tuple[Server, 
     for w in wires:
         await w.close()
     await asyncio.wait_for(gw.wait_stopped(), timeout=10)
+
+
+@pytest.mark.backends("production")
+async def test_pulls_answered_by_the_recent_cache_are_counted(
+    start_gateway: StartGateway,
+) -> None:
+    port = free_port()
+    gw = await start_gateway(admin_port=port)
+    alice = await Wire.login(gw.port, 1)
+    opened = await alice.request(OpenP2P(0, 2))
+    assert isinstance(opened, ConvOk)
+    for i in range(3):
+        await alice.request(Send(0, opened.conv_id, f"c-{i}", 1, b"x"))
+    pulled: Frame = PullResult(0, 0, False, ())
+    for _ in range(50):  # the cache write follows the commit: soon, not at once
+        pulled = await alice.request(Pull(0, opened.conv_id, 1, 0))
+        if "imgw_recent_cache_hits_total 1.0" in (await http(port, "GET", "/metrics"))[1]:
+            break
+        await asyncio.sleep(0.02)
+    assert isinstance(pulled, PullResult) and [m.seq for m in pulled.msgs] == [2, 3]
+    assert "imgw_recent_cache_hits_total 1.0" in (await http(port, "GET", "/metrics"))[1]
+    await alice.close()

@@ -56,6 +56,7 @@ async def send(store: ProductionStore, conv: int, sender: int, n: int, tag: str)
         ]
     )
     assert all(r.status is AppendStatus.STORED for r in results)
+    await store.cache_settled()  # the cache write runs after the commit, not awaited
 
 
 async def same_pages(store: ProductionStore, conv: int, top: int) -> None:
