@@ -86,10 +86,10 @@ class ProductionStore:
         await self.mysql.start()
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop())
 
-    async def cache_settled(self, timeout: float = 2.0) -> None:
-        """Wait (up to `timeout`) for the recent-cache writes in flight."""
+    async def cache_settled(self, within_s: float = 2.0) -> None:
+        """Wait (up to `within_s`) for the recent-cache writes in flight."""
         if self._cache_writes:
-            await asyncio.wait(set(self._cache_writes), timeout=timeout)
+            await asyncio.wait(set(self._cache_writes), timeout=within_s)
 
     async def close(self) -> None:
         await self.cache_settled()

@@ -35,7 +35,7 @@ import redis.asyncio as aioredis
 
 from storage.models import SentRecord, StoreUnavailable
 from storage.redis.connect import check_prefix
-from storage.redis.errors import unavailable
+from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT
 
 DEDUP_TTL_S: Final = 25 * 3600
@@ -133,6 +133,7 @@ class RedisCache:
 
     def __init__(self, client: aioredis.Redis, *, prefix: str = ""):
         self._client = client
+        self._limit = op_timeout(client)
         self._prefix = check_prefix(prefix)
         self._put_members = client.register_script(_PUT_MEMBERS)
         self._advance = client.register_script(_ADVANCE)
@@ -154,7 +155,7 @@ class RedisCache:
     # -- idempotency ----------------------------------------------------------------------
 
     async def get_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
-        with unavailable("dedup get"):
+        async with unavailable("dedup get", self._limit):
             raw = await self._client.get(self.dedup_key(sender_uid, client_msg_id))
         if raw is None:
             return None
@@ -168,20 +169,22 @@ class RedisCache:
         original ack."""
         if not records:
             return
-        with unavailable("dedup put"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for r in records:
-                    value = msgpack.packb(
-                        [r.conv_id, r.seq, r.msg_id, r.server_ms, r.msg_type, r.digest]
-                    )
-                    key = self.dedup_key(r.sender_uid, r.client_msg_id)
-                    pipe.set(key, value, ex=DEDUP_TTL_S, nx=True)
-                await pipe.execute()
+        async with (
+            unavailable("dedup put", self._limit),
+            self._client.pipeline(transaction=False) as pipe,
+        ):
+            for r in records:
+                value = msgpack.packb(
+                    [r.conv_id, r.seq, r.msg_id, r.server_ms, r.msg_type, r.digest]
+                )
+                key = self.dedup_key(r.sender_uid, r.client_msg_id)
+                pipe.set(key, value, ex=DEDUP_TTL_S, nx=True)
+            await pipe.execute()
 
     # -- members --------------------------------------------------------------------------
 
     async def get_members(self, conv_id: int) -> MemberSnapshot | None:
-        with unavailable("members get"):
+        async with unavailable("members get", self._limit):
             fields: dict[Any, Any] = await self._client.hgetall(self.members_key(conv_id))
         try:
             version = int(fields[b"v"])
@@ -198,12 +201,12 @@ class RedisCache:
             data[i : i + MEMBER_CHUNK_BYTES] for i in range(0, len(data), MEMBER_CHUNK_BYTES)
         ] or [b""]
         args: list[int | bytes] = [_seq(snapshot.version), MEMBERS_TTL_S, *chunks]
-        with unavailable("members put"):
+        async with unavailable("members put", self._limit):
             written = await self._put_members(keys=[self.members_key(snapshot.conv_id)], args=args)
         return bool(written)
 
     async def drop_members(self, conv_id: int) -> None:
-        with unavailable("members drop"):
+        async with unavailable("members drop", self._limit):
             await self._client.delete(self.members_key(conv_id))
 
     # -- positions ----------------------------------------------------------------------
@@ -225,7 +228,7 @@ class RedisCache:
         return await self._get_fields(self.delivered_key(uid, device), conv_ids, "delivered get")
 
     async def _advance_field(self, key: str, conv_id: int, seq: int, what: str) -> int | None:
-        with unavailable(what):
+        async with unavailable(what, self._limit):
             moved = await self._advance(keys=[key], args=[conv_id, _seq(seq), CURSOR_TTL_S])
         return _int(moved)
 
@@ -233,7 +236,7 @@ class RedisCache:
         wanted = list(dict.fromkeys(conv_ids))
         if not wanted:
             return {}
-        with unavailable(what):
+        async with unavailable(what, self._limit):
             values: list[Any] = await self._client.hmget(key, wanted)
         return {c: int(v) for c, v in zip(wanted, values, strict=True) if v is not None}
 
@@ -242,7 +245,7 @@ class RedisCache:
     async def ping(self) -> bool:
         """Whether Redis answers (for readiness checks); never raises for Redis trouble."""
         try:
-            with unavailable("ping"):
+            async with unavailable("ping", self._limit):
                 return bool(await self._client.ping())
         except StoreUnavailable:
             return False

@@ -24,7 +24,7 @@ from typing import Final
 import redis.asyncio as aioredis
 
 from storage.models import StoreUnavailable
-from storage.redis.errors import unavailable
+from storage.redis.errors import op_timeout, unavailable
 from storage.snowflake import MAX_WORKER
 
 LEASE_TTL_S: Final = 60
@@ -61,6 +61,7 @@ class WorkerIdLease:
         self, client: aioredis.Redis, *, prefix: str, owner: str, ttl_s: float = LEASE_TTL_S
     ) -> None:
         self._client = client
+        self._limit = op_timeout(client)
         self._prefix = prefix
         self.owner = owner
         self.ttl_ms = int(ttl_s * 1000)
@@ -81,7 +82,7 @@ class WorkerIdLease:
         start = random.randrange(MAX_WORKER + 1)
         keys = [self.key(n) for n in range(MAX_WORKER + 1)]
         args: list[str | int] = [self.owner, self.ttl_ms, start]
-        with unavailable("worker id lease"):
+        async with unavailable("worker id lease", self._limit):
             n = int(await self._acquire(keys=keys, args=args))
         if n < 0:
             raise StoreUnavailable(
@@ -93,7 +94,7 @@ class WorkerIdLease:
 
     async def renew(self) -> bool:
         """Keep the lease; True when the id changed (it was taken by another worker)."""
-        with unavailable("worker id renewal"):
+        async with unavailable("worker id renewal", self._limit):
             kept = int(
                 await self._renew(keys=[self.key(self.worker_id)], args=[self.owner, self.ttl_ms])
             )
@@ -109,6 +110,6 @@ class WorkerIdLease:
     async def release(self) -> None:
         if self.worker_id < 0:
             return
-        with unavailable("worker id release"):
+        async with unavailable("worker id release", self._limit):
             await self._release(keys=[self.key(self.worker_id)], args=[self.owner])
         self.worker_id = -1

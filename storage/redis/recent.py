@@ -34,7 +34,7 @@ import redis.asyncio as aioredis
 
 from storage.models import StoredMessage
 from storage.redis.connect import check_prefix
-from storage.redis.errors import unavailable
+from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import ScriptCall, run_pipelined
 
 RECENT_MAX: Final = 200
@@ -91,6 +91,7 @@ class RecentCache:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self._client = client
+        self._limit = op_timeout(client)
         self._prefix = check_prefix(prefix)
         self._max = max_entries
         self._append = client.register_script(_APPEND)
@@ -112,17 +113,17 @@ class RecentCache:
             for m in run:
                 args += [m.seq, encode(m)]
             calls.append((self._append, [self.key(conv_id)], args))
-        with unavailable("recent add"):
+        async with unavailable("recent add", self._limit):
             return sum(int(n) for n in await run_pipelined(self._client, calls))
 
     async def range(self, conv_id: int, lo: int, hi: int) -> list[StoredMessage]:
         """The cached messages with lo <= seq <= hi, in seq order."""
         if hi < lo or lo >= MAX_EXACT_SEQ:
             return []
-        with unavailable("recent range"):
+        async with unavailable("recent range", self._limit):
             raw: Sequence[Any] = await self._client.zrange(self.key(conv_id), lo, hi, byscore=True)
         return [decode(conv_id, r) for r in raw]
 
     async def drop(self, conv_id: int) -> None:
-        with unavailable("recent drop"):
+        async with unavailable("recent drop", self._limit):
             await self._client.delete(self.key(conv_id))

@@ -46,7 +46,7 @@ import redis.asyncio as aioredis
 
 from storage.models import Route
 from storage.redis.connect import check_prefix
-from storage.redis.errors import unavailable
+from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT, ScriptCall, run_pipelined
 
 ROUTE_TTL_S: Final = 90
@@ -155,6 +155,7 @@ class RedisRouteStore:
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
         self._client = client
+        self._limit = op_timeout(client)
         self._prefix = check_prefix(prefix)
         self._ttl_ms = ttl_s * 1000
         self._register = client.register_script(_REGISTER)
@@ -188,7 +189,7 @@ class RedisRouteStore:
             self._ttl_ms,
             now,
         ]
-        with unavailable("route register"):
+        async with unavailable("route register", self._limit):
             prev = await self._register(keys=self._keys(route), args=args)
         return None if prev is None else parse_route(route.uid, route.device, prev)
 
@@ -206,7 +207,7 @@ class RedisRouteStore:
             entry = f"{value}|{expires}"
             args: list[str | int] = [value, route.device, entry, self._ttl_ms, now, route.epoch]
             calls.append((self._renew, self._keys(route), args))
-        with unavailable("route renew"):
+        async with unavailable("route renew", self._limit):
             results = await run_pipelined(self._client, calls)
         for status in results:
             if status == _RENEWED:
@@ -218,20 +219,20 @@ class RedisRouteStore:
 
     async def remove(self, route: Route) -> bool:
         """Delete the route if it is still this connection's."""
-        with unavailable("route remove"):
+        async with unavailable("route remove", self._limit):
             removed = await self._remove(
                 keys=self._keys(route), args=[route_value(route), route.device]
             )
         return bool(removed)
 
     async def get(self, uid: int, device: str) -> Route | None:
-        with unavailable("route get"):
+        async with unavailable("route get", self._limit):
             raw = await self._client.get(self.route_key(uid, device))
         return None if raw is None else parse_route(uid, device, raw)
 
     async def ttl(self, uid: int, device: str) -> float | None:
         """Seconds until the route expires, None if there is none."""
-        with unavailable("route ttl"):
+        async with unavailable("route ttl", self._limit):
             ms = await self._client.pttl(self.route_key(uid, device))
         return None if ms is None or ms < 0 else ms / 1000
 
@@ -241,11 +242,13 @@ class RedisRouteStore:
         wanted = list(dict.fromkeys(uids))
         if not wanted:
             return {}
-        with unavailable("route online"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for uid in wanted:
-                    pipe.hgetall(self.online_key(uid))
-                replies: list[Any] = await pipe.execute()
+        async with (
+            unavailable("route online", self._limit),
+            self._client.pipeline(transaction=False) as pipe,
+        ):
+            for uid in wanted:
+                pipe.hgetall(self.online_key(uid))
+            replies: list[Any] = await pipe.execute()
         now = _now_ms()
         out: dict[int, list[Route]] = {}
         for uid, fields in zip(wanted, replies, strict=True):

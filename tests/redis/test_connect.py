@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from storage.models import Route, StoreUnavailable
+from storage.models import Route, StoredMessage, StoreUnavailable
 from storage.redis import MemberSnapshot, RedisCache, RedisRouteStore, redis_from_url
+from storage.redis.errors import op_timeout
+from storage.redis.recent import RecentCache
 
 ROUTE = Route(1, "phone", "n1", 1, 1)
 
@@ -21,7 +23,8 @@ async def test_url_options() -> None:
         kw = client.connection_pool.connection_kwargs
         assert prefix == "t1:"
         assert (kw["host"], kw["port"], kw["db"]) == ("10.1.2.3", 6380, 4)
-        assert kw["socket_timeout"] == kw["socket_connect_timeout"] == 0.25
+        assert kw["socket_connect_timeout"] == op_timeout(client) == 0.25
+        assert kw["socket_timeout"] is None  # each operation is bounded as a whole instead
         assert kw["retry_on_timeout"] is False and kw["decode_responses"] is False
         assert client.connection_pool.max_connections == 64
     finally:
@@ -29,7 +32,7 @@ async def test_url_options() -> None:
     client, prefix = redis_from_url("redis://localhost?max_connections=8")
     try:
         assert prefix == ""
-        assert client.connection_pool.connection_kwargs["socket_timeout"] == 1.0
+        assert op_timeout(client) == 1.0
         assert client.connection_pool.max_connections == 8
     finally:
         await client.aclose()
@@ -57,19 +60,21 @@ def test_prefix_with_braces_is_refused() -> None:
         RedisCache(client, prefix="a}")
 
 
-Call = Callable[[RedisRouteStore, RedisCache], Awaitable[Any]]
+Call = Callable[[RedisRouteStore, RedisCache, RecentCache], Awaitable[Any]]
 
 CALLS: list[Call] = [
-    lambda r, c: r.register(ROUTE),
-    lambda r, c: r.renew([ROUTE]),
-    lambda r, c: r.remove(ROUTE),
-    lambda r, c: r.get(1, "phone"),
-    lambda r, c: r.online([1, 2]),
-    lambda r, c: c.get_sent(1, "x"),
-    lambda r, c: c.put_members(MemberSnapshot(1, 1, {1: (1, None)}, [1])),
-    lambda r, c: c.get_reads(1, [1]),
-    lambda r, c: c.advance_read(1, 1, 2),
-    lambda r, c: c.get_delivered(1, "phone", [1]),
+    lambda r, c, rc: r.register(ROUTE),
+    lambda r, c, rc: r.renew([ROUTE]),
+    lambda r, c, rc: r.remove(ROUTE),
+    lambda r, c, rc: r.get(1, "phone"),
+    lambda r, c, rc: r.online([1, 2]),
+    lambda r, c, rc: c.get_sent(1, "x"),
+    lambda r, c, rc: c.put_members(MemberSnapshot(1, 1, {1: (1, None)}, [1])),
+    lambda r, c, rc: c.get_reads(1, [1]),
+    lambda r, c, rc: c.advance_read(1, 1, 2),
+    lambda r, c, rc: c.get_delivered(1, "phone", [1]),
+    lambda r, c, rc: rc.add([StoredMessage(1, 1, 1, 1, 1, b"", 1, "x")]),
+    lambda r, c, rc: rc.range(1, 1, 2),
 ]
 
 
@@ -95,17 +100,19 @@ async def test_refused_connection_fails_fast(call: int) -> None:
     routes, cache = RedisRouteStore(client, prefix=prefix), RedisCache(client, prefix=prefix)
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match=r"redis: .* failed"):
-        await CALLS[call](routes, cache)
+        await CALLS[call](routes, cache, RecentCache(client, prefix=prefix))
     assert time.monotonic() - started < 2.0
     assert await cache.ping() is False
     await routes.close()
 
 
-async def test_hung_redis_times_out(hung_port: int) -> None:
+@pytest.mark.parametrize("call", range(len(CALLS)))
+async def test_hung_redis_times_out(hung_port: int, call: int) -> None:
+    """A Redis that accepts and never answers: every operation fails within its bound."""
     client, prefix = redis_from_url(f"redis://127.0.0.1:{hung_port}/0?timeout=0.3")
-    routes = RedisRouteStore(client, prefix=prefix)
+    routes, cache = RedisRouteStore(client, prefix=prefix), RedisCache(client, prefix=prefix)
     started = time.monotonic()
     with pytest.raises(StoreUnavailable, match="Timeout"):
-        await routes.online([1])
-    assert time.monotonic() - started < 2.0
+        await CALLS[call](routes, cache, RecentCache(client, prefix=prefix))
+    assert time.monotonic() - started < 1.0
     await routes.close()
