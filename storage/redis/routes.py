@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import redis.asyncio as aioredis
 
 from storage.models import Route
+from storage.redis import raw
 from storage.redis.connect import check_prefix
 from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT, ScriptCall, run_pipelined
@@ -238,22 +239,23 @@ class RedisRouteStore:
 
     async def online(self, uids: Sequence[int]) -> dict[int, list[Route]]:
         """Online routes of each uid (uids with none are omitted): one pipelined HGETALL
-        per uid, one round trip; index fields past their expiry are ignored."""
+        per uid, one round trip (packed by `raw`: this runs for every fan-out); index
+        fields past their expiry are ignored."""
         wanted = list(dict.fromkeys(uids))
         if not wanted:
             return {}
-        async with (
-            unavailable("route online", self._limit),
-            self._client.pipeline(transaction=False) as pipe,
-        ):
-            for uid in wanted:
-                pipe.hgetall(self.online_key(uid))
-            replies: list[Any] = await pipe.execute()
+        async with unavailable("route online", self._limit):
+            replies = await raw.pipeline(
+                self._client, [raw.pack(b"HGETALL", self.online_key(uid)) for uid in wanted]
+            )
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
         now = _now_ms()
         out: dict[int, list[Route]] = {}
         for uid, fields in zip(wanted, replies, strict=True):
             live: list[Route] = []
-            for device, entry in fields.items():
+            for device, entry in raw.field_pairs(fields):
                 route, expires_ms = parse_entry(uid, _text(device), entry)
                 if expires_ms >= now:
                     live.append(route)

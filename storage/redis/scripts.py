@@ -3,7 +3,8 @@
 A single script call goes through redis-py's `AsyncScript` (EVALSHA, SCRIPT LOAD and retry
 on NOSCRIPT). Many calls go through `run_pipelined`: one non-transactional pipeline of
 EVALSHA, one script call per item, so each call touches one hash slot and the batch stays
-cluster-safe. redis-py's own pipeline support for scripts sends a SCRIPT EXISTS before
+cluster-safe (packed and read by `storage.redis.raw`: the scripts used this way are safe
+to run twice). redis-py's own pipeline support for scripts sends a SCRIPT EXISTS before
 every pipeline (a second round trip); here the pipeline is sent as is, and only when
 Redis answers NOSCRIPT (its script cache was flushed, e.g. by a restart) are the scripts
 loaded and the refused calls sent again. A refused call did not run, so that is safe.
@@ -17,6 +18,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
+
+from storage.redis import raw
 
 # Comparison of canonical non-negative decimal strings (no leading zeros): exact for the
 # whole u64 range, where Lua's doubles are not.
@@ -50,7 +53,7 @@ async def run_pipelined(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> 
 
 
 async def _send(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
-    async with client.pipeline(transaction=False) as pipe:
-        for script, keys, args in calls:
-            pipe.evalsha(script.sha, len(keys), *keys, *args)
-        return await pipe.execute(raise_on_error=False)
+    return await raw.pipeline(
+        client,
+        [raw.pack(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
+    )
