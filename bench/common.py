@@ -163,6 +163,16 @@ def children_of(pid: int) -> list[int]:
         return []
 
 
+def host_busy_ticks() -> int | None:
+    """CPU ticks the machine spent busy (all cores; everything but idle and iowait)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields) - fields[3] - fields[4]
+
+
 def find_pid(*names: str) -> int | None:
     """The first process whose comm is one of `names` (e.g. the local mariadbd)."""
     for entry in os.listdir("/proc"):
@@ -236,6 +246,9 @@ class Sampler:
                     ticks, rss, alive = ticks + t, rss + r, alive + 1
             if alive:
                 self.samples.setdefault(name, []).append((now, ticks, rss, alive))
+        busy = host_busy_ticks()
+        if busy is not None:  # the whole machine, as group "host" (100 = one core busy)
+            self.samples.setdefault("host", []).append((now, busy, 0, 1))
 
     def between(self, name: str, t0: float, t1: float) -> tuple[float | None, int | None]:
         """(mean CPU %, max RSS) of group `name` over samples taken in [t0, t1]."""

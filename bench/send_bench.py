@@ -34,6 +34,7 @@ import contextlib
 import json
 import math
 import multiprocessing as mp
+import os
 import queue
 import secrets
 import signal
@@ -565,6 +566,8 @@ class Driver:
         t0, t1 = win_start_ns / 1e9, win_end_ns / 1e9
         gw_cpu, gw_rss = self.sampler.between("gateway", t0, t1)
         db_cpu, _ = self.sampler.between("mariadb", t0, t1)
+        redis_cpu, _ = self.sampler.between("redis", t0, t1)
+        host_cpu, _ = self.sampler.between("host", t0, t1)
         acks_in_time = sum(r["acks_in_window_time"] for r in rows)
         step: dict[str, Any] = {
             "step": index + 1,
@@ -586,6 +589,9 @@ class Driver:
             "gateway_cpu_percent": gw_cpu,
             "gateway_rss_bytes": gw_rss,
             "mariadb_cpu_percent": db_cpu,
+            "redis_cpu_percent": redis_cpu,
+            "host_cpu_busy_percent": host_cpu,
+            "host_cores": os.cpu_count(),
             "loadgen_cpu_percent": round(sum(r["cpu_percent"] for r in rows), 1),
             "loadgen_lag_p99_ms": ms(lag, 99),
             "loadgen_lag_max_ms": ms(lag),
@@ -601,6 +607,7 @@ def print_step(s: dict[str, Any]) -> None:
     cpu = s["gateway_cpu_percent"]
     rss = s["gateway_rss_bytes"]
     db = s["mariadb_cpu_percent"]
+    redis_cpu, host = s.get("redis_cpu_percent"), s.get("host_cpu_busy_percent")
     print(
         f"step {s['step']}: target {s['rate_target']:g} msg/s, {s['duration_s']:g} s measured\n"
         f"  sent {s['sent']}  acked {s['acked']}  errors: {errors}\n"
@@ -613,7 +620,10 @@ def print_step(s: dict[str, Any]) -> None:
         f"{'-' if rss is None else f'{rss / 2**20:.0f} MiB'}"
         f"   mariadb cpu {'-' if db is None else f'{db:.0f}%'}"
         f"   load generator cpu {s['loadgen_cpu_percent']:.0f}%, pacing lag p99 "
-        f"{s['loadgen_lag_p99_ms']:.2f} ms max {s['loadgen_lag_max_ms']:.2f} ms"
+        f"{s['loadgen_lag_p99_ms']:.2f} ms max {s['loadgen_lag_max_ms']:.2f} ms\n"
+        f"  redis cpu {'-' if redis_cpu is None else f'{redis_cpu:.0f}%'}"
+        f"   machine busy {'-' if host is None else f'{host:.0f}%'}"
+        f" of {100 * (s.get('host_cores') or 0)}% ({s.get('host_cores')} cores)"
     )
     view = s.get("gateway_send_path")
     if view and view["batches"]:
@@ -687,6 +697,11 @@ def run(args: argparse.Namespace) -> int:
             db_pid = find_pid("mariadbd", "mysqld")
             if db_pid is not None:
                 driver.sampler.watch("mariadb", lambda: [db_pid])
+        cache = gw.cache if gw is not None else args.cache or ""
+        if cache.startswith("redis://"):
+            redis_pid = find_pid("redis-server")
+            if redis_pid is not None:
+                driver.sampler.watch("redis", lambda: [redis_pid])
         driver.sampler.sample(force=True)
         driver.start_generators(host, port, kid, secret)
         for i, rate in enumerate(args.rates):
