@@ -350,9 +350,17 @@ class MySQLStore:
             await cur.execute(statement)
 
     async def _system(
-        self, cur: Cursor, conv_id: int, event: dict[str, Any], now: int
+        self, cur: Cursor, conv_id: int, event: dict[str, Any], now: int, *, new: bool = False
     ) -> StoredMessage:
-        first = await self._next_seq(cur, conv_id, now)
+        """A server-written message. `new`: the conversation was created in this
+        transaction, so its seq row is inserted as seq 1 without the locking read (which,
+        on a row that does not exist yet, takes a gap lock: concurrent creations then
+        deadlock on their INSERTs into the same gap)."""
+        if new:
+            first = 1
+            await cur.execute(sql.set_seqs({conv_id: first}, now))
+        else:
+            first = await self._next_seq(cur, conv_id, now)
         content = msgpack.packb(event, use_bin_type=True)
         msg = StoredMessage(
             conv_id, first, self._ids.next_id(now), 0, MsgType.SYSTEM, content, now, ""
@@ -462,7 +470,7 @@ class MySQLStore:
             )
             conv_id = int(cur.lastrowid)
             event = {"event": "created", "by": owner, "uids": members, "title": title}
-            msg = await self._system(cur, conv_id, event, now)
+            msg = await self._system(cur, conv_id, event, now, new=True)
             values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(members))
             params: list[int] = []
             for i, u in enumerate(members):
