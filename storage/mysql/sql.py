@@ -104,3 +104,19 @@ def insert_sent(msgs: Sequence[StoredMessage], now: int) -> str:
         "INSERT INTO im_send_dedup (sender_uid, client_msg_id, conv_id, seq, created_ms) "
         f"VALUES {values}"
     )
+
+
+UNREAD_TYPES: Final = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
+
+
+def unread_counts(table: str, uid: int, ranges: Sequence[tuple[int, int, int]]) -> str:
+    """Messages counting as unread for `uid` in (conv_id, read_seq, max_seq] ranges of
+    one shard: not the member's own, and only the types PROTOCOL.md counts; rows:
+    conv_id, count. Range scans of the (conv_id, seq) primary key."""
+    cond = " OR ".join(
+        f"(conv_id={int(c)} AND seq>{int(lo)} AND seq<={int(hi)})" for c, lo, hi in ranges
+    )
+    return (
+        f"SELECT conv_id, COUNT(*) FROM {table} WHERE sender_uid<>{int(uid)} AND "
+        f"{UNREAD_TYPES} AND ({cond}) GROUP BY conv_id"
+    )

@@ -59,7 +59,6 @@ _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplic
 _MAX_ATTEMPTS: Final = 4
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 _MSG_COLS: Final = sql.MSG_COLS
-_UNREAD_TYPES: Final = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
 
 
 def _now_ms() -> int:
@@ -886,24 +885,21 @@ class MySQLStore:
         return SyncPage(out, len(rows) > limit)
 
     async def _unread(self, cur: Cursor, uid: int, rows: Sequence[Any]) -> dict[int, int]:
-        """Unread counts by range scans of (conv_id, seq), one query per shard."""
+        """Unread counts by range scans of (conv_id, seq): one query per shard, all in
+        one round trip."""
         by_shard: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
         for r in rows:
             conv_id, max_seq, read_seq = int(r[0]), int(r[2]), int(r[3])
             if max_seq > read_seq:
                 by_shard[self.shard_of(conv_id)].append((conv_id, read_seq, max_seq))
-        counts: dict[int, int] = {}
-        for table, ranges in by_shard.items():
-            cond = " OR ".join(["(conv_id=%s AND seq>%s AND seq<=%s)"] * len(ranges))
-            params: list[int] = [uid]
-            for rng in ranges:
-                params += list(rng)
-            await cur.execute(
-                f"SELECT conv_id, COUNT(*) FROM {table} WHERE sender_uid<>%s AND "
-                f"{_UNREAD_TYPES} AND ({cond}) GROUP BY conv_id",
-                params,
-            )
-            counts.update({int(c): int(n) for c, n in await cur.fetchall()})
+        if not by_shard:
+            return {}
+        await cur.execute(
+            ";".join(sql.unread_counts(t, uid, ranges) for t, ranges in by_shard.items())
+        )
+        counts = {int(c): int(n) for c, n in await cur.fetchall()}
+        for _ in range(len(by_shard) - 1):
+            counts.update({int(c): int(n) for c, n in await _next_rows(cur)})
         return counts
 
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:

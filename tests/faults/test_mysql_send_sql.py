@@ -80,3 +80,21 @@ async def test_a_batch_that_fails_mid_way_stores_nothing(store: MySQLStore) -> N
     assert await store.max_seq(a) == 0
     (r,) = await store.append([good])
     assert r.status is AppendStatus.STORED and r.message is not None and r.message.seq == 1
+
+
+async def test_unread_counts_across_shards(store: MySQLStore) -> None:
+    """SYNC's unread counts, one range count per shard sent in one round trip: only the
+    peers' messages after the read position count."""
+    convs = [await store.open_p2p(1, peer) for peer in range(2, 10)]  # all 4 shards
+    assert len({c % 4 for c in convs}) == 4
+    batch = []
+    for k, (conv, peer) in enumerate(zip(convs, range(2, 10), strict=True)):
+        batch += [NewMessage(conv, peer, f"p{peer}-{i}", 1, b"x") for i in range(k)]
+        batch += [NewMessage(conv, 1, f"own{peer}-{i}", 1, b"y") for i in range(2)]
+    await store.append(batch)
+    await store.set_read(convs[5], 1, 3)  # 5 from the peer then 2 own: 2 unread remain
+    page = await store.sync(1, "d", changed_since_ms=0, after=None, limit=50)
+    unread = {row.conv_id: row.unread for row in page.rows}
+    expected = {conv: k for k, conv in enumerate(convs)}
+    expected[convs[5]] = 2
+    assert unread == expected
