@@ -67,9 +67,9 @@ class ProductionStore:
         self.mysql = mysql
         self.cache = cache
         self.recent = recent
-        # Conversations whose cached messages may be stale (a recall could not drop
-        # them): not read from the cache here until the drop succeeds.
-        self._stale_recent: set[int] = set()
+        # Recalls not yet applied to the recent cache (Redis failed): conv_id -> seq.
+        # Those conversations are not read from the cache here until it is applied.
+        self._stale_recent: dict[int, int] = {}
         self._cache_writes: set[asyncio.Task[None]] = set()
         self.recent_hits = 0
         self.recent_misses = 0
@@ -293,25 +293,26 @@ class ProductionStore:
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
     ) -> RecallResult:
-        # Dropped before the recall commits: what gets cached afterwards is newer than
-        # `seq`, so the recalled content can no longer be read from the cache.
+        # Forgotten before the recall commits (and refused if a write of it is still on
+        # its way), so the recalled content can no longer be read from the cache.
         if self.recent is not None:
             try:
-                await self.recent.drop(conv_id)
+                await self.recent.forget_upto(conv_id, seq)
             except StoreUnavailable as e:
-                self._redis_failed("recent drop", e)
-                self._stale_recent.add(conv_id)
+                self._redis_failed("recent forget", e)
+                self._stale_recent[conv_id] = max(seq, self._stale_recent.get(conv_id, 0))
         return await self.mysql.recall(conv_id, seq, by, window_ms=window_ms, min_seq=min_seq)
 
-    async def _drop_stale_recent(self) -> None:
+    async def _apply_stale_recent(self) -> None:
         if self.recent is None:
             return
-        for conv_id in list(self._stale_recent):
+        for conv_id, seq in list(self._stale_recent.items()):
             try:
-                await self.recent.drop(conv_id)
+                await self.recent.forget_upto(conv_id, seq)
             except StoreUnavailable:
                 return  # Redis still down: next time
-            self._stale_recent.discard(conv_id)
+            if self._stale_recent.get(conv_id) == seq:
+                del self._stale_recent[conv_id]
 
     # -- positions -----------------------------------------------------------------------
 
@@ -366,7 +367,7 @@ class ProductionStore:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
-            await self._drop_stale_recent()
+            await self._apply_stale_recent()
             try:
                 await self.flush_positions()
             except StoreUnavailable as e:

@@ -3,6 +3,7 @@ r"""The recent-message cache: the last `RECENT_MAX` messages of each conversatio
 | key | type | value | TTL |
 |---|---|---|---|
 | `<p>recent:{<conv_id>}` | sorted set | score seq, member msgpack `[seq, msg_id, …]` | 24 h |
+| `<p>recentfloor:{<conv_id>}` | string | decimal seq: nothing at or below it is cached | 24 h |
 
 Each member is `[seq, msg_id, sender_uid, msg_type, content, server_ms, client_msg_id]`;
 the TTL is pushed back by every write.
@@ -16,8 +17,11 @@ finds the seqs it asked for found all of them, in order, each exactly as committ
 
 What the cache cannot know is whether a newer message was committed but never cached
 (its write failed); readers check that against MySQL's committed max seq (see
-`ProductionStore.read_after`). A recall rewrites a committed message, so it deletes the
-key first (`drop`): what is cached later only holds newer seqs.
+`ProductionStore.read_after`). A recall rewrites a committed message, so before it
+commits, `forget_upto(conv, seq)` removes every cached seq up to the recalled one and
+raises the conversation's floor to it: a write of the original still on its way (cache
+writes run beside the acks, so one can land after the recall's) is refused by the floor
+rather than re-caching the recalled content.
 
 A member is at most `content` + ~60 bytes: client content is capped at 2 KB by default
 (16 KB by the schema), so no value comes near Redis' limits; the set is trimmed to
@@ -41,16 +45,19 @@ RECENT_MAX: Final = 200
 RECENT_TTL_MS: Final = 24 * 3600 * 1000
 MAX_EXACT_SEQ: Final = 2**53
 
-# KEYS[1] the sorted set. ARGV: max entries, ttl ms, then (seq, member) pairs in seq
-# order, consecutive. Returns how many were added.
+# KEYS[1] the sorted set, KEYS[2] its floor. ARGV: max entries, ttl ms, then (seq,
+# member) pairs in seq order, consecutive. Returns how many were added. Safe to run twice.
 _APPEND = """
 local key = KEYS[1]
+local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
 local top = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
 local cur = top[2] and tonumber(top[2]) or nil
 local added = 0
 for i = 3, #ARGV, 2 do
   local s = tonumber(ARGV[i])
-  if cur == nil or s == cur + 1 then
+  if s <= floor then
+    -- recalled (or older than a recall): never cached again
+  elseif cur == nil or s == cur + 1 then
     redis.call('ZADD', key, s, ARGV[i + 1])
     cur = s
     added = added + 1
@@ -66,6 +73,19 @@ if added > 0 then
   redis.call('PEXPIRE', key, ARGV[2])
 end
 return added
+"""
+
+# KEYS[1] the sorted set, KEYS[2] its floor. ARGV: seq, ttl ms. Safe to run twice.
+_FORGET = """
+local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
+local seq = tonumber(ARGV[1])
+if seq > floor then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+return 1
 """
 
 
@@ -95,9 +115,13 @@ class RecentCache:
         self._prefix = check_prefix(prefix)
         self._max = max_entries
         self._append = client.register_script(_APPEND)
+        self._forget = client.register_script(_FORGET)
 
     def key(self, conv_id: int) -> str:
         return f"{self._prefix}recent:{{{conv_id}}}"
+
+    def floor_key(self, conv_id: int) -> str:
+        return f"{self._prefix}recentfloor:{{{conv_id}}}"
 
     async def add(self, msgs: Iterable[StoredMessage]) -> int:
         """Cache committed messages: one script call per conversation, all in one round
@@ -112,7 +136,7 @@ class RecentCache:
             args: list[int | bytes] = [self._max, RECENT_TTL_MS]
             for m in run:
                 args += [m.seq, encode(m)]
-            calls.append((self._append, [self.key(conv_id)], args))
+            calls.append((self._append, [self.key(conv_id), self.floor_key(conv_id)], args))
         async with unavailable("recent add", self._limit):
             return sum(int(n) for n in await run_pipelined(self._client, calls))
 
@@ -124,6 +148,14 @@ class RecentCache:
             raw: Sequence[Any] = await self._client.zrange(self.key(conv_id), lo, hi, byscore=True)
         return [decode(conv_id, r) for r in raw]
 
-    async def drop(self, conv_id: int) -> None:
-        async with unavailable("recent drop", self._limit):
-            await self._client.delete(self.key(conv_id))
+    async def forget_upto(self, conv_id: int, seq: int) -> None:
+        """Remove the cached seqs <= `seq` and never cache them again (for 24 h, longer
+        than any write can be on its way)."""
+        seq = min(max(seq, 0), MAX_EXACT_SEQ)
+        call: ScriptCall = (
+            self._forget,
+            [self.key(conv_id), self.floor_key(conv_id)],
+            [seq, RECENT_TTL_MS],
+        )
+        async with unavailable("recent forget", self._limit):
+            await run_pipelined(self._client, [call])

@@ -53,15 +53,29 @@ async def test_trimmed_to_the_newest(client: aioredis.Redis, prefix: str) -> Non
     assert await seqs(recent) == [8, 9, 10, 11, 12]
 
 
-async def test_several_conversations_in_one_round_trip_and_drop(
-    client: aioredis.Redis, prefix: str
-) -> None:
+async def test_several_conversations_in_one_round_trip(client: aioredis.Redis, prefix: str) -> None:
     recent = RecentCache(client, prefix=prefix)
     assert await recent.add([msg(1, conv=1), msg(1, conv=2), msg(2, conv=1)]) == 3
     assert await seqs(recent, 1) == [1, 2]
-    await recent.drop(1)
-    assert await seqs(recent, 1) == []
     assert await seqs(recent, 2) == [1]
+
+
+async def test_forgotten_seqs_are_never_cached_again(client: aioredis.Redis, prefix: str) -> None:
+    """A recall forgets up to the recalled seq; a write of the original that lands after
+    it (cache writes run beside the acks) is refused."""
+    recent = RecentCache(client, prefix=prefix)
+    await recent.add([msg(1), msg(2), msg(3)])
+    await recent.forget_upto(7, 2)
+    assert await seqs(recent) == [3]
+    assert await recent.add([msg(2)]) == 0  # the late write of the recalled original
+    assert await recent.add([msg(1), msg(2), msg(3), msg(4)]) == 1
+    assert await seqs(recent) == [3, 4]
+    await recent.forget_upto(7, 1)  # a lower floor never lowers it
+    assert await recent.add([msg(2)]) == 0
+    assert 0 < await client.pttl(recent.floor_key(7)) <= RECENT_TTL_MS
+    await recent.forget_upto(8, 5)  # nothing cached yet: the floor still holds
+    assert await recent.add([msg(5, conv=8), msg(6, conv=8)]) == 1
+    assert await seqs(recent, 8) == [6]
 
 
 @settings(
@@ -71,14 +85,22 @@ async def test_several_conversations_in_one_round_trip_and_drop(
 async def test_any_write_order_leaves_one_contiguous_run(
     client: aioredis.Redis, prefix: str, writes: list[tuple[int, int]]
 ) -> None:
-    """Runs of committed seqs arriving in any order, any of them missing (lost writes):
-    the cache is always a contiguous run, each entry the committed message."""
+    """Runs of committed seqs arriving in any order, any of them missing (lost writes),
+    with recalls between them (n = 0: forget up to `first`): the cache is always a
+    contiguous run above the highest recall, each entry the committed message."""
     recent = RecentCache(client, prefix=prefix, max_entries=10)
-    await client.delete(recent.key(7))
+    await client.delete(recent.key(7), recent.floor_key(7))
+    floor = 0
     for first, n in writes:
-        await recent.add([msg(s) for s in range(first, first + n)])
+        if n == 0:
+            await recent.forget_upto(7, first)
+            floor = max(floor, first)
+        else:
+            await recent.add([msg(s) for s in range(first, first + n)])
         got = await recent.range(7, 0, 2**53)
         got_seqs = [m.seq for m in got]
-        assert got_seqs == list(range(got_seqs[0], got_seqs[0] + len(got_seqs)))
+        if got:
+            assert got_seqs == list(range(got_seqs[0], got_seqs[0] + len(got)))
+        assert all(s > floor for s in got_seqs)
         assert len(got) <= 10
         assert got == [msg(s) for s in got_seqs]
