@@ -315,7 +315,7 @@ def drop_redis_prefix(url: str) -> int:
     from storage.redis import redis_from_url
 
     async def drop() -> int:
-        client, prefix = redis_from_url(url)
+        client, prefix = redis_from_url(url, socket_timeout=10)  # a hung Redis fails the step
         try:
             if not prefix:
                 return 0

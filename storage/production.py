@@ -15,9 +15,10 @@ What Redis holds here (see storage/redis/cache.py for the keys):
   (every FLUSH_EVERY_S, at most 3 s), positions only ever move forward;
 - the last 200 messages of each conversation (storage/redis/recent.py), written after
   each group commit in one round trip. PULL and HISTORY pages inside them are answered
-  from Redis; MySQL then answers only a primary-key read of the committed max seq, which
-  is what proves that the cache holds every message of the page (a cache write that
-  failed leaves the cache behind the committed seqs: the page then comes from MySQL).
+  from Redis; MySQL then answers only a primary-key read of the committed max seq and
+  the highest recalled seq, which is what proves that the cache holds every message of
+  the page as it now stands (a cache write that failed leaves the cache behind the
+  committed seqs, a recall may leave an original in it: such pages come from MySQL).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from storage.models import (
     MembershipChange,
     NewMessage,
     RecallResult,
+    RecallStatus,
     SentRecord,
     StoredMessage,
     StoreUnavailable,
@@ -67,9 +69,6 @@ class ProductionStore:
         self.mysql = mysql
         self.cache = cache
         self.recent = recent
-        # Recalls not yet applied to the recent cache (Redis failed): conv_id -> seq.
-        # Those conversations are not read from the cache here until it is applied.
-        self._stale_recent: dict[int, int] = {}
         self._cache_writes: set[asyncio.Task[None]] = set()
         self.recent_hits = 0
         self.recent_misses = 0
@@ -267,15 +266,21 @@ class ProductionStore:
         Seqs are gapless (allocated under the seq row lock; a rollback gives them back),
         so the range's messages are exactly seqs lo..min(hi, committed max): the cache
         answers when it holds every one of the seqs the page needs."""
-        if self.recent is None or conv_id in self._stale_recent or limit <= 0:
+        if self.recent is None or limit <= 0:
             return None
         lo = max(lo, 1)
-        committed = await self.mysql.max_seq(conv_id)
+        committed, recalled = await self.mysql.seq_bounds(conv_id)
         end = committed if hi is None else min(hi, committed)
         if end < lo:
             return [], False
         # one seq past the page, to know whether there is more
         first, last = (max(lo, end - limit), end) if newest else (lo, min(end, lo + limit))
+        if first <= recalled:
+            # The page reaches a recalled message: MySQL has its recalled form, the cache
+            # may still hold the original (a forget that failed, or one on another node
+            # not yet done), so pages down there come from MySQL.
+            self.recent_misses += 1
+            return None
         try:
             got = await self.recent.range(conv_id, first, last)
         except StoreUnavailable as e:
@@ -293,26 +298,16 @@ class ProductionStore:
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
     ) -> RecallResult:
-        # Forgotten before the recall commits (and refused if a write of it is still on
-        # its way), so the recalled content can no longer be read from the cache.
-        if self.recent is not None:
+        result = await self.mysql.recall(conv_id, seq, by, window_ms=window_ms, min_seq=min_seq)
+        if result.status in (RecallStatus.RECALLED, RecallStatus.ALREADY) and self.recent:
+            # Correctness does not depend on this (pages reaching down to a recalled seq
+            # never come from the cache: `recalled_seq` in MySQL); it only takes the
+            # original content out of Redis, and the floor keeps a late write of it out.
             try:
                 await self.recent.forget_upto(conv_id, seq)
             except StoreUnavailable as e:
                 self._redis_failed("recent forget", e)
-                self._stale_recent[conv_id] = max(seq, self._stale_recent.get(conv_id, 0))
-        return await self.mysql.recall(conv_id, seq, by, window_ms=window_ms, min_seq=min_seq)
-
-    async def _apply_stale_recent(self) -> None:
-        if self.recent is None:
-            return
-        for conv_id, seq in list(self._stale_recent.items()):
-            try:
-                await self.recent.forget_upto(conv_id, seq)
-            except StoreUnavailable:
-                return  # Redis still down: next time
-            if self._stale_recent.get(conv_id) == seq:
-                del self._stale_recent[conv_id]
+        return result
 
     # -- positions -----------------------------------------------------------------------
 
@@ -367,7 +362,6 @@ class ProductionStore:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
-            await self._apply_stale_recent()
             try:
                 await self.flush_positions()
             except StoreUnavailable as e:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: im_conv_seq.recalled_seq
 DEFAULT_SHARDS: Final = 16
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
@@ -45,7 +45,8 @@ _TABLES: Final = [
         conv_id        BIGINT UNSIGNED NOT NULL PRIMARY KEY,
         reserved_seq   BIGINT UNSIGNED NOT NULL DEFAULT 0,
         max_seq        BIGINT UNSIGNED NOT NULL DEFAULT 0,
-        last_active_ms BIGINT NOT NULL
+        last_active_ms BIGINT NOT NULL,
+        recalled_seq   BIGINT UNSIGNED NOT NULL DEFAULT 0
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     """CREATE TABLE IF NOT EXISTS im_delivered (
         uid        BIGINT UNSIGNED NOT NULL,
@@ -84,6 +85,15 @@ _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
 # status: 0, or the seq of the recall message that recalled this one.
 # client_msg_id is NULL for server-written messages (system, recall), so they never
 # collide in uq_dedup.
+
+
+# Columns added after the first release: (table, column, definition). `imgw db migrate`
+# adds the ones missing (checked in information_schema: MySQL has no ADD COLUMN IF NOT
+# EXISTS). recalled_seq: the highest recalled seq of the conversation; the Redis recent
+# cache never answers a page reaching down to it (storage/production.py).
+UPGRADES: Final = [
+    ("im_conv_seq", "recalled_seq", "BIGINT UNSIGNED NOT NULL DEFAULT 0"),
+]
 
 
 def message_table(shard: int) -> str:

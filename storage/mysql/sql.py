@@ -18,6 +18,10 @@ MSG_COLS: Final = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, cli
 
 Value = int | bytes | None
 
+# Bytes of SQL per query: well under max_allowed_packet (16 MiB by default in MariaDB,
+# 4 MiB in older MySQL), so a batch of large messages never fails on the packet limit.
+MAX_QUERY_BYTES: Final = 1 << 20
+
 
 def lit(v: Value) -> str:
     """One SQL literal. Anything but int, bytes or None is refused (never str)."""
@@ -85,15 +89,45 @@ def find_sent(keys: Sequence[tuple[int, str]]) -> str:
     )
 
 
-def insert_messages(table: str, msgs: Sequence[StoredMessage]) -> str:
-    values = ",".join(
-        row((
+def insert_messages(
+    table: str, msgs: Sequence[StoredMessage], budget: int = MAX_QUERY_BYTES
+) -> list[str]:
+    """Multi-row INSERTs of `msgs`, each at most about `budget` bytes of SQL (hex
+    doubles the content: 512 messages of 16 KB would pass MySQL's packet limit)."""
+    head = f"INSERT INTO {table} ({MSG_COLS}) VALUES "
+    out: list[str] = []
+    rows: list[str] = []
+    size = 0
+    for m in msgs:
+        r = row((
             m.conv_id, m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content, m.server_ms,
             m.client_msg_id.encode() if m.client_msg_id else None,
-        ))
-        for m in msgs
-    )  # fmt: skip
-    return f"INSERT INTO {table} ({MSG_COLS}) VALUES {values}"
+        ))  # fmt: skip
+        if rows and size + len(r) > budget:
+            out.append(head + ",".join(rows))
+            rows, size = [], 0
+        rows.append(r)
+        size += len(r) + 1
+    if rows:
+        out.append(head + ",".join(rows))
+    return out
+
+
+def queries(statements: Sequence[str], budget: int = MAX_QUERY_BYTES) -> list[str]:
+    """Statements joined into multi-statement queries of at most about `budget` bytes
+    (one statement larger than that goes alone)."""
+    out: list[str] = []
+    cur: list[str] = []
+    size = 0
+    for st in statements:
+        if cur and size + len(st) > budget:
+            out.append(";".join(cur))
+            cur, size = [], 0
+        cur.append(st)
+        size += len(st) + 1
+    if cur:
+        out.append(";".join(cur))
+    return out
 
 
 def insert_sent(msgs: Sequence[StoredMessage], now: int) -> str:

@@ -49,7 +49,7 @@ from storage.models import (
     SyncRow,
 )
 from storage.mysql import sql
-from storage.mysql.schema import DEFAULT_SHARDS, SCHEMA_VERSION, ddl, message_table
+from storage.mysql.schema import DEFAULT_SHARDS, SCHEMA_VERSION, UPGRADES, ddl, message_table
 from storage.snowflake import Snowflake
 
 T = TypeVar("T")
@@ -152,6 +152,15 @@ async def migrate(settings: MySQLSettings) -> list[str]:
             for stmt in ddl(settings.shards):
                 await cur.execute(stmt)
             done.append(f"tables present ({settings.shards} message shards)")
+            for table, column, definition in UPGRADES:
+                await cur.execute(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema=%s "
+                    "AND table_name=%s AND column_name=%s",
+                    (settings.database, table, column),
+                )
+                if await cur.fetchone() is None:
+                    await cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+                    done.append(f"added {table}.{column}")
             await cur.execute(
                 "INSERT INTO im_meta (name, value) VALUES ('schema_version', %s), "
                 "('shards', %s) ON DUPLICATE KEY UPDATE value=VALUES(value)",
@@ -208,6 +217,12 @@ class MySQLStore:
                     f"database {s.database} has no imgw schema: run `imgw db migrate`"
                 )
             self._shards = int(row[0])
+            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
+            version = await cur.fetchone()
+            if version is None or int(version[0]) < SCHEMA_VERSION:
+                raise StoreUnavailable(
+                    f"database {s.database} has an older imgw schema: run `imgw db migrate`"
+                )
             await cur.execute(
                 "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
                 "('innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', "
@@ -278,15 +293,21 @@ class MySQLStore:
     ) -> T:
         """Run `body` in one transaction (or, `tx=False`, as autocommit reads: one round
         trip each, no COMMIT), retrying transient conflicts; bounded by the timeout.
-        `own_tx`: the body sends BEGIN and COMMIT itself, inside its own multi-statement
-        round trips (a failure still rolls back)."""
+        `own_tx`: the body sends BEGIN itself, inside its first multi-statement round
+        trip; COMMIT is always a round trip of its own, so a body given up on (its
+        timeout) can never commit later: a COMMIT queued behind a statement waiting on a
+        lock would still run after the client closed the connection."""
         for attempt in range(_MAX_ATTEMPTS):
             try:
                 async with self._conn() as conn, conn.cursor() as cur:
                     try:
                         async with asyncio.timeout(self.settings.timeout_s):
-                            if not tx or own_tx:
+                            if not tx:
                                 return await body(cur)
+                            if own_tx:  # the body's queries begin the transaction
+                                result = await body(cur)
+                                await conn.commit()
+                                return result
                             await conn.begin()
                             result = await body(cur)
                             await conn.commit()
@@ -342,7 +363,7 @@ class MySQLStore:
         by_shard: dict[str, list[StoredMessage]] = defaultdict(list)
         for m in msgs:
             by_shard[self.shard_of(m.conv_id)].append(m)
-        return [sql.insert_messages(table, rows) for table, rows in by_shard.items()]
+        return [st for table, rows in by_shard.items() for st in sql.insert_messages(table, rows)]
 
     async def _insert_messages(self, cur: Cursor, msgs: Sequence[StoredMessage]) -> None:
         for statement in self._insert_sql(msgs):
@@ -569,8 +590,8 @@ class MySQLStore:
         attempt_ms: list[int] = []  # the commit time of the last attempt
 
         async def body(cur: Cursor) -> list[AppendResult]:
-            # Two round trips: [BEGIN; idempotency records; lock the seq rows; current
-            # members], then [seqs; one INSERT per shard; idempotency records; COMMIT].
+            # Three round trips: [BEGIN; idempotency records; lock the seq rows; current
+            # members], [seqs; one INSERT per shard; idempotency records], COMMIT.
             now = self._clock()
             attempt_ms[:] = [now]
             keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
@@ -605,18 +626,17 @@ class MySQLStore:
                     m.conv_id, top[m.conv_id], self._ids.next_id(now), m.sender_uid,
                     m.msg_type, m.content, now, m.client_msg_id,
                 )  # fmt: skip
-            statements = ["COMMIT"]
             if stored:
                 msgs = list(stored.values())
                 statements = [
                     sql.set_seqs({m.conv_id: top[m.conv_id] for m in msgs}, now),
                     *self._insert_sql(msgs),
                     sql.insert_sent(msgs, now),
-                    "COMMIT",
                 ]
-            await cur.execute(";".join(statements))
-            while await cur.nextset():  # each statement's result; an error raises here
-                pass
+                for query in sql.queries(statements):  # one, unless the batch is huge
+                    await cur.execute(query)
+                    while await cur.nextset():  # each statement's result; errors raise
+                        pass
             results: list[AppendResult] = []
             for i, m in enumerate(batch):
                 if i in stored:
@@ -746,6 +766,10 @@ class MySQLStore:
                 "WHERE conv_id=%s AND seq=%s",
                 (MsgType.RECALL, msg.seq, conv_id, seq),
             )
+            await cur.execute(
+                "UPDATE im_conv_seq SET recalled_seq=GREATEST(recalled_seq, %s) WHERE conv_id=%s",
+                (seq, conv_id),
+            )
             return RecallResult(RecallStatus.RECALLED, msg.seq, msg)
 
         return await self._run(body)
@@ -757,6 +781,19 @@ class MySQLStore:
             await cur.execute("SELECT max_seq FROM im_conv_seq WHERE conv_id=%s", (conv_id,))
             row = await cur.fetchone()
             return int(row[0]) if row else 0
+
+        return await self._run(q, tx=False)
+
+    async def seq_bounds(self, conv_id: int) -> tuple[int, int]:
+        """(committed max seq, highest recalled seq) of a conversation: one primary-key
+        read."""
+
+        async def q(cur: Cursor) -> tuple[int, int]:
+            await cur.execute(
+                f"SELECT max_seq, recalled_seq FROM im_conv_seq WHERE conv_id={int(conv_id)}"
+            )
+            row = await cur.fetchone()
+            return (int(row[0]), int(row[1])) if row else (0, 0)
 
         return await self._run(q, tx=False)
 

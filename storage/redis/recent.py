@@ -117,6 +117,10 @@ class RecentCache:
         self._append = client.register_script(_APPEND)
         self._forget = client.register_script(_FORGET)
 
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
     def key(self, conv_id: int) -> str:
         return f"{self._prefix}recent:{{{conv_id}}}"
 

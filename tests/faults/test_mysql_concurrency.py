@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 
-from storage.mysql import MySQLSettings, MySQLStore
+import aiomysql
+import pytest
+
+from storage.models import StoreUnavailable
+from storage.mysql import MySQLSettings, MySQLStore, migrate
 from tests.support.services import drop_mysql, fresh_mysql
 
 
@@ -29,4 +33,37 @@ async def test_concurrent_group_creations_all_succeed() -> None:
         assert [await store.max_seq(c) for c in convs] == [1] * 40
     finally:
         await store.close()
+        await drop_mysql(url)
+
+
+async def test_migrate_upgrades_a_version_1_database() -> None:
+    """A database made by the first release (no im_conv_seq.recalled_seq) is refused
+    with what to run, and `migrate` upgrades it in place, keeping its data; migrating
+    again changes nothing."""
+    url = await fresh_mysql()
+    settings = MySQLSettings.from_url(url)
+    store = MySQLStore(settings)
+    await store.start()
+    conv = await store.open_p2p(1, 2)
+    await store.close()
+    conn = await aiomysql.connect(
+        host=settings.host, port=settings.port, user=settings.user,
+        password=settings.password, db=settings.database, autocommit=True,
+    )  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("ALTER TABLE im_conv_seq DROP COLUMN recalled_seq")
+            await cur.execute("UPDATE im_meta SET value='1' WHERE name='schema_version'")
+        old = MySQLStore(settings)
+        with pytest.raises(StoreUnavailable, match="imgw db migrate"):
+            await old.start()
+        await old.close()
+        assert "added im_conv_seq.recalled_seq" in await migrate(settings)
+        assert "added im_conv_seq.recalled_seq" not in await migrate(settings)
+        store = MySQLStore(settings)
+        await store.start()
+        assert await store.seq_bounds(conv) == (0, 0)
+        await store.close()
+    finally:
+        conn.close()
         await drop_mysql(url)

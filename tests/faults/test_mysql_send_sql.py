@@ -4,14 +4,16 @@ whole, and values that are not int/bytes/None are refused rather than spliced in
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import aiomysql
 import pymysql
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.models import AppendStatus, NewMessage
+from storage.models import AppendStatus, NewMessage, StoreUnavailable
 from storage.mysql import MySQLSettings, MySQLStore, sql
 from tests.support.services import drop_mysql, fresh_mysql
 
@@ -98,3 +100,49 @@ async def test_unread_counts_across_shards(store: MySQLStore) -> None:
     expected = {conv: k for k, conv in enumerate(convs)}
     expected[convs[5]] = 2
     assert unread == expected
+
+
+async def test_a_send_answered_unavailable_never_commits_later() -> None:
+    """The batch's writes wait on a lock past the store timeout: the senders are told
+    `unavailable`, and the batch must not commit once the lock is released (a COMMIT
+    queued behind the waiting INSERT would run although the client had given up)."""
+    url = (await fresh_mysql()).replace("timeout=3", "timeout=1")
+    s = MySQLSettings.from_url(url)
+    store = MySQLStore(s)
+    await store.start()
+    blocker = await aiomysql.connect(
+        host=s.host, port=s.port, user=s.user, password=s.password, db=s.database
+    )
+    try:
+        conv = await store.open_p2p(1, 2)
+        async with blocker.cursor() as cur:
+            await cur.execute("BEGIN")
+            # a gap lock where (1, 'k1') would go: the batch's dedup INSERT waits on it
+            await cur.execute(
+                "SELECT * FROM im_send_dedup WHERE sender_uid=1 AND client_msg_id=X'6b31' "
+                "FOR UPDATE"
+            )
+            with pytest.raises(StoreUnavailable):
+                await store.append([NewMessage(conv, 1, "k1", 1, b"hello")])
+            await blocker.rollback()
+        await asyncio.sleep(1.0)  # time for a queued COMMIT to have run
+        assert await store.find_sent(1, "k1") is None
+        assert await store.max_seq(conv) == 0
+        (r,) = await store.append([NewMessage(conv, 1, "k1", 1, b"hello")])  # the retry
+        assert r.status is AppendStatus.STORED and r.message is not None and r.message.seq == 1
+    finally:
+        blocker.close()
+        await store.close()
+        await drop_mysql(url)
+
+
+async def test_a_batch_larger_than_the_packet_limit(store: MySQLStore) -> None:
+    """520 messages of 16 KB: over 16 MiB of SQL as hex, sent as several queries of
+    one transaction."""
+    convs = [await store.open_p2p(1, peer) for peer in range(2, 6)]
+    big = bytes(range(256)) * 64  # 16,384 bytes, the column's limit
+    batch = [NewMessage(convs[i % 4], 1, f"big-{i}", 1, big) for i in range(520)]
+    results = await store.append(batch)
+    assert all(r.status is AppendStatus.STORED for r in results)
+    msgs, _ = await store.read_after(convs[3], 0, 200, min_seq=0, max_seq=None)
+    assert len(msgs) == 130 and all(m.content == big for m in msgs)

@@ -4,7 +4,6 @@ mid-recall (real MariaDB and Redis; the Redis link runs through a cutting proxy)
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from itertools import product
 from urllib.parse import urlsplit
@@ -14,7 +13,10 @@ import pytest
 from protocol.ops import MsgType
 from storage.factory import open_backends
 from storage.models import AppendStatus, NewMessage, RecallStatus
-from storage.production import FLUSH_EVERY_S, ProductionStore
+from storage.mysql import MySQLStore
+from storage.production import ProductionStore
+from storage.redis import RedisCache, redis_from_url
+from storage.redis.recent import RecentCache
 from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
 from tests.support.tcpproxy import TcpProxy
 
@@ -127,23 +129,53 @@ async def test_a_cache_write_landing_after_the_recall(store: ProductionStore) ->
     assert (page[0].msg_type, page[0].content) == (MsgType.RECALL, b"")
 
 
-async def test_redis_cut_during_a_recall(store: ProductionStore, redis_proxy: TcpProxy) -> None:
-    """The cached original cannot be forgotten while Redis is cut: this node stops
-    reading that conversation from the cache until it is, which the store retries by
-    itself once Redis is back."""
+async def test_redis_cut_from_the_recalling_node_only(
+    store: ProductionStore, redis_proxy: TcpProxy
+) -> None:
+    """Node A (the fixture's store, its Redis behind a proxy) recalls while cut off
+    from Redis, so the original stays cached; node B, on a healthy link, still never
+    serves it: pages reaching the recalled seq come from MySQL (its recalled_seq)."""
     conv = await store.open_p2p(1, 2)
     await send(store, conv, 1, 3, "m")
-    redis_proxy.cut()
-    result = await store.recall(conv, 2, 1, window_ms=120_000, min_seq=0)
-    assert result.status is RecallStatus.RECALLED
-    redis_proxy.restore()
-    page, _ = await store.read_after(conv, 1, 1, min_seq=0, max_seq=None)
-    assert (page[0].msg_type, page[0].content) == (MsgType.RECALL, b"")  # from MySQL
     assert store.recent is not None
-    for _ in range(50):  # the flush loop applies the recall to the cache
-        if not await store.recent.range(conv, 1, 2):
-            break
-        await asyncio.sleep(FLUSH_EVERY_S / 5)
-    assert [m.seq for m in await store.recent.range(conv, 1, 10)] == [3]
-    await send(store, conv, 2, 1, "later")
-    await same_pages(store, conv, 5)
+    direct, _ = redis_from_url("redis://127.0.0.1:6379/0")  # not through the proxy
+    prefix = store.recent.prefix
+    node_b = ProductionStore(
+        MySQLStore(store.mysql.settings),
+        RedisCache(direct, prefix=prefix),
+        RecentCache(direct, prefix=prefix),
+    )
+    await node_b.start()
+    try:
+        redis_proxy.cut()
+        result = await store.recall(conv, 2, 1, window_ms=120_000, min_seq=0)
+        assert result.status is RecallStatus.RECALLED
+        assert node_b.recent is not None
+        assert [m.content for m in await node_b.recent.range(conv, 2, 2)] == [b"m 1"]
+        await same_pages(node_b, conv, 4)  # MySQL's pages, the recalled form included
+        redis_proxy.restore()
+        await same_pages(store, conv, 4)
+        await send(store, conv, 2, 3, "later")
+        hits = node_b.recent_hits
+        page, more = await node_b.read_after(conv, 4, 10, min_seq=0, max_seq=None)
+        assert [m.seq for m in page] == [5, 6, 7] and not more
+        assert node_b.recent_hits == hits + 1  # above the recall, the cache serves
+    finally:
+        await node_b.close()
+        await direct.aclose()
+
+
+async def test_refused_recalls_leave_the_cache_alone(store: ProductionStore) -> None:
+    """Any member may send RECALL for any seq; refused ones (no such message, not the
+    sender) must not stop the conversation being served from the cache."""
+    conv = await store.open_p2p(1, 2)
+    await send(store, conv, 1, 3, "m")
+    refused = await store.recall(conv, 10**15, 2, window_ms=120_000, min_seq=0)
+    assert refused.status is RecallStatus.NO_SUCH_MESSAGE
+    denied = await store.recall(conv, 2, 2, window_ms=120_000, min_seq=0)  # not the sender
+    assert denied.status is RecallStatus.DENIED
+    await send(store, conv, 1, 2, "after")
+    hits = store.recent_hits
+    page, more = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
+    assert [m.seq for m in page] == [1, 2, 3, 4, 5] and not more
+    assert store.recent_hits == hits + 1
