@@ -38,13 +38,14 @@ kicked may re-create its own route; it is still connected, so pushes to it are n
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 
-from storage.models import Route
+from storage.models import Route, StoreUnavailable
 from storage.redis import raw
 from storage.redis.connect import check_prefix
 from storage.redis.errors import op_timeout, unavailable
@@ -165,6 +166,9 @@ class RedisRouteStore:
         self._renewed = 0
         self._recreated = 0
         self._refused = 0
+        # Registrations waiting for this loop iteration's pipeline, and pipelines in flight.
+        self._pending: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
+        self._flushes: set[asyncio.Task[None]] = set()
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -180,7 +184,8 @@ class RedisRouteStore:
     # -- RouteStore -----------------------------------------------------------------------
 
     async def register(self, route: Route) -> Route | None:
-        """Install `route`, replacing and returning the previous live route of the device."""
+        """Install `route`, replacing and returning the previous live route of the device.
+        Registrations of one loop iteration share one pipeline (a script call each)."""
         now = _now_ms()
         value = route_value(route)
         args: list[str | int] = [
@@ -190,9 +195,41 @@ class RedisRouteStore:
             self._ttl_ms,
             now,
         ]
-        async with unavailable("route register", self._limit):
-            prev = await self._register(keys=self._keys(route), args=args)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.append(((self._register, self._keys(route), args), fut))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush_registrations)
+        prev = await fut
         return None if prev is None else parse_route(route.uid, route.device, prev)
+
+    def _flush_registrations(self) -> None:
+        """Every registration asked for in one loop iteration goes in one pipeline: a
+        login storm costs a round trip (and a pooled connection) per iteration, not per
+        login (one each used to queue thousands of logins on the pool until the timeout
+        answered `unavailable`)."""
+        batch, self._pending = self._pending, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._register_all(batch))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _register_all(self, batch: list[tuple[ScriptCall, asyncio.Future[Any]]]) -> None:
+        try:
+            async with unavailable("route register", self._limit):
+                results = await run_pipelined(self._client, [call for call, _ in batch])
+        except Exception as e:
+            for _, fut in batch:
+                if not fut.done():  # a fresh exception each: they are raised in many tasks
+                    fut.set_exception(StoreUnavailable(str(e)))
+            return
+        except BaseException:  # cancelled (shutdown): so are the registrations
+            for _, fut in batch:
+                fut.cancel()
+            raise
+        for (_, fut), prev in zip(batch, results, strict=True):
+            if not fut.done():
+                fut.set_result(prev)
 
     async def renew(self, routes: Sequence[Route]) -> None:
         """Push back the TTL of each route still owned by its connection, or re-create it

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from storage.models import Route
+from storage.models import Route, StoreUnavailable
 from storage.redis import RedisRouteStore, redis_from_url
 from tests.redis.conftest import url_with
 from tests.support.services import drop_redis
@@ -135,6 +135,34 @@ async def test_online_of_many_uids_is_one_round_trip(
     await routes.renew(registered)
     assert sends() - before == 1
     assert routes.statistics()["renewed"] == 2_000
+
+
+async def test_concurrent_registrations_share_one_round_trip(
+    counting_client: tuple[aioredis.Redis, Callable[[], int]], prefix: str
+) -> None:
+    """A login storm: the registrations of one loop iteration go in one pipeline, and
+    each still gets its own previous route."""
+    client, sends = counting_client
+    routes = RedisRouteStore(client, prefix=prefix)
+    await routes.register(route(1, "warm"))  # loads the script
+    first = [route(uid, "phone", conn=uid) for uid in range(1, 501)]
+    assert await asyncio.gather(*(routes.register(r) for r in first)) == [None] * 500
+    newer = [route(uid, "phone", conn=10_000 + uid) for uid in range(1, 501)]
+    before = sends()
+    assert await asyncio.gather(*(routes.register(r) for r in newer)) == first
+    assert sends() - before == 1
+    assert (await routes.online([7]))[7] == [newer[6]]
+
+
+async def test_registrations_fail_together_when_redis_is_down(prefix: str) -> None:
+    client, _ = redis_from_url("redis://127.0.0.1:1/0?timeout=0.5")
+    routes = RedisRouteStore(client, prefix=prefix)
+    results = await asyncio.gather(
+        *(routes.register(route(uid, "phone")) for uid in range(20)), return_exceptions=True
+    )
+    assert all(isinstance(r, StoreUnavailable) for r in results)
+    assert len({id(r) for r in results}) == 20  # one exception object per caller
+    await routes.close()
 
 
 async def test_renew_reloads_scripts_after_a_script_cache_flush(
