@@ -38,18 +38,17 @@ kicked may re-create its own route; it is still connected, so pushes to it are n
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 import redis.asyncio as aioredis
 
-from storage.models import Route, StoreUnavailable
+from storage.models import Route
 from storage.redis import raw
 from storage.redis.connect import check_prefix
 from storage.redis.errors import op_timeout, unavailable
-from storage.redis.scripts import LUA_GT, ScriptCall, run_pipelined
+from storage.redis.scripts import LUA_GT, Coalescer, ScriptCall, run_pipelined
 
 ROUTE_TTL_S: Final = 90
 
@@ -166,9 +165,8 @@ class RedisRouteStore:
         self._renewed = 0
         self._recreated = 0
         self._refused = 0
-        # Registrations waiting for this loop iteration's pipeline, and pipelines in flight.
-        self._pending: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
-        self._flushes: set[asyncio.Task[None]] = set()
+        # Logins and disconnects come in storms: their script calls are coalesced.
+        self._coalesced = Coalescer(client, "route register/remove", self._limit)
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -185,7 +183,7 @@ class RedisRouteStore:
 
     async def register(self, route: Route) -> Route | None:
         """Install `route`, replacing and returning the previous live route of the device.
-        Registrations of one loop iteration share one pipeline (a script call each)."""
+        The registrations and removals of one loop iteration share one pipeline."""
         now = _now_ms()
         value = route_value(route)
         args: list[str | int] = [
@@ -195,41 +193,8 @@ class RedisRouteStore:
             self._ttl_ms,
             now,
         ]
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        self._pending.append(((self._register, self._keys(route), args), fut))
-        if len(self._pending) == 1:
-            loop.call_soon(self._flush_registrations)
-        prev = await fut
+        prev = await self._coalesced.call((self._register, self._keys(route), args))
         return None if prev is None else parse_route(route.uid, route.device, prev)
-
-    def _flush_registrations(self) -> None:
-        """Every registration asked for in one loop iteration goes in one pipeline: a
-        login storm costs a round trip (and a pooled connection) per iteration, not per
-        login (one each used to queue thousands of logins on the pool until the timeout
-        answered `unavailable`)."""
-        batch, self._pending = self._pending, []
-        if batch:
-            task = asyncio.get_running_loop().create_task(self._register_all(batch))
-            self._flushes.add(task)
-            task.add_done_callback(self._flushes.discard)
-
-    async def _register_all(self, batch: list[tuple[ScriptCall, asyncio.Future[Any]]]) -> None:
-        try:
-            async with unavailable("route register", self._limit):
-                results = await run_pipelined(self._client, [call for call, _ in batch])
-        except Exception as e:
-            for _, fut in batch:
-                if not fut.done():  # a fresh exception each: they are raised in many tasks
-                    fut.set_exception(StoreUnavailable(str(e)))
-            return
-        except BaseException:  # cancelled (shutdown): so are the registrations
-            for _, fut in batch:
-                fut.cancel()
-            raise
-        for (_, fut), prev in zip(batch, results, strict=True):
-            if not fut.done():
-                fut.set_result(prev)
 
     async def renew(self, routes: Sequence[Route]) -> None:
         """Push back the TTL of each route still owned by its connection, or re-create it
@@ -257,11 +222,8 @@ class RedisRouteStore:
 
     async def remove(self, route: Route) -> bool:
         """Delete the route if it is still this connection's."""
-        async with unavailable("route remove", self._limit):
-            removed = await self._remove(
-                keys=self._keys(route), args=[route_value(route), route.device]
-            )
-        return bool(removed)
+        call: ScriptCall = (self._remove, self._keys(route), [route_value(route), route.device])
+        return bool(await self._coalesced.call(call))
 
     async def get(self, uid: int, device: str) -> Route | None:
         async with unavailable("route get", self._limit):

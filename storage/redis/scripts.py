@@ -12,6 +12,7 @@ loaded and the refused calls sent again. A refused call did not run, so that is 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +20,9 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from storage.models import StoreUnavailable
 from storage.redis import raw
+from storage.redis.errors import unavailable
 
 # Comparison of canonical non-negative decimal strings (no leading zeros): exact for the
 # whole u64 range, where Lua's doubles are not.
@@ -57,3 +60,49 @@ async def _send(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any
         client,
         [raw.pack(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
     )
+
+
+class Coalescer:
+    """Script calls made during one event-loop iteration, sent together in one pipeline
+    (`run_pipelined`) when the iteration ends: a storm of logins or disconnects costs a
+    round trip and a pooled connection per iteration, not per call. Each caller gets its
+    own reply, or its own `StoreUnavailable` when the pipeline fails."""
+
+    def __init__(self, client: aioredis.Redis, what: str, limit_s: float) -> None:
+        self._client = client
+        self._what = what
+        self._limit = limit_s
+        self._pending: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
+        self._flushes: set[asyncio.Task[None]] = set()
+
+    async def call(self, call: ScriptCall) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        self._pending.append((call, fut))
+        if len(self._pending) == 1:
+            loop.call_soon(self._flush)
+        return await fut
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        if batch:
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+
+    async def _send(self, batch: list[tuple[ScriptCall, asyncio.Future[Any]]]) -> None:
+        try:
+            async with unavailable(self._what, self._limit):
+                results = await run_pipelined(self._client, [call for call, _ in batch])
+        except Exception as e:
+            for _, fut in batch:
+                if not fut.done():  # a fresh exception each: they are raised in many tasks
+                    fut.set_exception(StoreUnavailable(str(e)))
+            return
+        except BaseException:  # cancelled (shutdown): so are the calls
+            for _, fut in batch:
+                fut.cancel()
+            raise
+        for (_, fut), result in zip(batch, results, strict=True):
+            if not fut.done():
+                fut.set_result(result)

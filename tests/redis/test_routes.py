@@ -152,6 +152,12 @@ async def test_concurrent_registrations_share_one_round_trip(
     assert await asyncio.gather(*(routes.register(r) for r in newer)) == first
     assert sends() - before == 1
     assert (await routes.online([7]))[7] == [newer[6]]
+    before = sends()  # a mass disconnect: stale routes refused, current ones removed
+    stale = await asyncio.gather(*(routes.remove(r) for r in first))
+    current = await asyncio.gather(*(routes.remove(r) for r in newer))
+    assert stale == [False] * 500 and current == [True] * 500
+    assert sends() - before == 2
+    assert list(await routes.online(range(1, 501))) == [1]  # only the "warm" device
 
 
 async def test_registrations_fail_together_when_redis_is_down(prefix: str) -> None:
