@@ -1,18 +1,8 @@
-"""Process limits shared by the bench scenarios."""
+"""Process limits shared by the bench scenarios (the gateway's own helper: a generator
+process raises its open-file limit the same way a worker does)."""
 
 from __future__ import annotations
 
-import contextlib
-import resource
+from gateway.limits import raise_nofile
 
-
-def raise_nofile() -> int:
-    """Raise the soft open-file limit to the hard limit (children inherit it); returns
-    the new soft limit. This machine's hard limit is 20,000 per process."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY:
-        hard = 1 << 20
-    if soft < hard:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+__all__ = ["raise_nofile"]

@@ -54,6 +54,8 @@ class Node:
         self.loop = loop or asyncio.get_running_loop()
         self.keyring = config.keyring()
         self.metrics = Metrics()
+        # --max-connections, lowered at start to what the open-file limit allows
+        self.max_connections = config.max_connections
         self.metrics.watch_bus(bus)
         self.metrics.watch_store(store)
         self.log = structlog.get_logger("imgw").bind(node=node_id)
@@ -109,7 +111,7 @@ class Node:
 
     def admit(self, conn: Connection) -> bool:
         cfg = self.config
-        if not self.accepting or self.open_count >= cfg.max_connections:
+        if not self.accepting or self.open_count >= self.max_connections:
             return False
         if cfg.max_connections_per_ip:
             n = self._per_ip.get(conn.peer_ip, 0)

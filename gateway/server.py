@@ -29,6 +29,7 @@ import uvloop
 from gateway.admin import AdminServer
 from gateway.config import Config
 from gateway.connection import Connection
+from gateway.limits import connection_cap, raise_nofile
 from gateway.logs import configure
 from gateway.node import PACE_STEP_S, Node, due_by
 from protocol.ops import KickReason
@@ -67,6 +68,7 @@ class Server:
 
     async def start(self) -> None:
         cfg = self.config
+        nofile = raise_nofile()
         node_id = cfg.node_id or default_node_id()
         if cfg.cache.startswith(("redis://", "rediss://")):
             await self._lease_worker_id(node_id)
@@ -81,6 +83,15 @@ class Server:
             bus=self.backends.bus,
         )
         await node.start()
+        node.max_connections = connection_cap(cfg.max_connections, nofile)
+        if node.max_connections < cfg.max_connections:
+            self.log.warning(
+                "the open-file limit caps the connections this process can hold; raise it "
+                "(ulimit -n, LimitNOFILE=) or run more workers",
+                open_file_limit=nofile,
+                max_connections=node.max_connections,
+                configured=cfg.max_connections,
+            )
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             node.protocol_factory,

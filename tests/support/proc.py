@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -20,10 +21,13 @@ def free_port() -> int:
 
 
 class GatewayProcess:
-    def __init__(self, data_dir: Path, port: int | None = None, *extra: str) -> None:
+    def __init__(
+        self, data_dir: Path, port: int | None = None, *extra: str, nofile: int | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.extra = extra
+        self.nofile = nofile  # the child's open-file limit (soft and hard)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = data_dir.parent / f"gateway-{self.port}.log"
 
@@ -35,7 +39,9 @@ class GatewayProcess:
         ]  # fmt: skip
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._limits
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -46,6 +52,10 @@ class GatewayProcess:
             except OSError:
                 time.sleep(0.05)
         raise TimeoutError(f"gateway did not listen on {self.port}: {self.log.read_text()}")
+
+    def _limits(self) -> None:
+        if self.nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None

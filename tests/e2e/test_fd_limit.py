@@ -1,0 +1,50 @@
+"""A worker at its open-file limit: it admits connections only up to the limit minus a
+reserve, refuses the rest at once, says so in its log, and keeps answering on the admin
+port and its logged-in clients (instead of failing accept() and every new store, cache
+or admin socket with EMFILE)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gateway.limits import FD_RESERVE
+from protocol.frames import Ping, Pong
+from tests.e2e.test_admin import http
+from tests.support.proc import GatewayProcess, free_port
+from tests.support.wire import Wire
+
+CAP = 40
+
+
+async def test_connections_are_capped_below_the_open_file_limit(tmp_path: Path) -> None:
+    admin = free_port()
+    gw = GatewayProcess(
+        tmp_path / "data", None, "--admin-port", str(admin), nofile=FD_RESERVE + CAP
+    ).start()
+    held: list[Wire] = []
+    try:
+        # the start-up probe took a slot for a moment: wait until it is given back
+        for _ in range(50):
+            if "imgw_connections 0.0" in (await http(admin, "GET", "/metrics"))[1]:
+                break
+            await asyncio.sleep(0.05)
+        held = [await Wire.login(gw.port, uid) for uid in range(1, CAP + 1)]
+        refused = [await Wire.open(gw.port) for _ in range(5)]
+        for w in refused:
+            assert await w.closed(timeout=5) == []  # closed before anything was sent
+        assert await http(admin, "GET", "/healthz") == (200, "ok\n")
+        assert f"imgw_connections {float(CAP)}" in (await http(admin, "GET", "/metrics"))[1]
+        await held[0].send(Ping())
+        assert isinstance(await held[0].wait_for(Pong), Pong)
+        await held.pop().close()  # a slot is free again
+        for _ in range(50):
+            if f"imgw_connections {float(CAP - 1)}" in (await http(admin, "GET", "/metrics"))[1]:
+                break
+            await asyncio.sleep(0.05)
+        held.append(await Wire.login(gw.port, 999))
+        assert "the open-file limit caps the connections" in gw.log.read_text()
+    finally:
+        for w in held:
+            await w.close()
+        gw.kill()
