@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 
 import aiomysql
 import pymysql
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.models import AppendStatus, NewMessage, StoreUnavailable
+from storage.models import AppendStatus, NewMessage, StoreUnavailable, SyncPage
 from storage.mysql import MySQLSettings, MySQLStore, sql
 from tests.support.services import drop_mysql, fresh_mysql
 
@@ -146,3 +147,33 @@ async def test_a_batch_larger_than_the_packet_limit(store: MySQLStore) -> None:
     assert all(r.status is AppendStatus.STORED for r in results)
     msgs, _ = await store.read_after(convs[3], 0, 200, min_seq=0, max_seq=None)
     assert len(msgs) == 130 and all(m.content == big for m in msgs)
+
+
+async def test_concurrent_syncs_share_round_trips_and_each_gets_its_own_page(
+    store: MySQLStore,
+) -> None:
+    """SYNCs asked together go out together (up to 64 a query): each still gets exactly
+    the page it would have got alone, unread counts included."""
+    batch = []
+    for u in range(1, 41):
+        for k in range(u % 4):
+            conv = await store.open_p2p(u, 1000 + u * 10 + k)
+            batch += [
+                NewMessage(conv, 1000 + u * 10 + k, f"u{u}k{k}m{i}", 1, b"x") for i in range(k + 1)
+            ]
+    await store.append(batch)
+
+    def ask(u: int) -> Awaitable[SyncPage]:
+        return store.sync(u, "d", changed_since_ms=0, after=None, limit=2)
+
+    alone = [await ask(u) for u in range(1, 41)]
+    together = await asyncio.gather(*(ask(u) for u in range(1, 41)))
+    assert together == alone
+    assert [len(p.rows) for p in together[:4]] == [1, 2, 2, 0]
+    assert together[2].has_more and not together[1].has_more
+    assert sorted(r.unread for r in together[2].rows) == [2, 3]  # its newest two
+    last = together[2].rows[-1]
+    rest = await store.sync(
+        3, "d", changed_since_ms=0, after=(last.last_active_ms, last.conv_id), limit=2
+    )
+    assert [r.unread for r in rest.rows] == [1] and not rest.has_more
