@@ -181,7 +181,9 @@ class Holders:
                 )
                 return transport
             except OSError as e:
-                if e.errno != errno.EADDRINUSE:
+                # EADDRNOTAVAIL: the port is this process's own live connection (the
+                # socket has SO_REUSEADDR, so only connect() finds the clash)
+                if e.errno not in (errno.EADDRINUSE, errno.EADDRNOTAVAIL):
                     raise
         raise OSError(errno.EADDRINUSE, f"no free port on {spec.src_ip} in {PORT_TRIES} tries")
 

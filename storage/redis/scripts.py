@@ -36,9 +36,12 @@ end
 ScriptCall = tuple[AsyncScript, Sequence[str], Sequence[str | int | bytes]]
 
 
-async def run_pipelined(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+async def run_pipelined(
+    client: aioredis.Redis, calls: Sequence[ScriptCall], *, raise_errors: bool = True
+) -> list[Any]:
     """Run `calls` in one pipeline round trip (two more only after a script cache flush);
-    returns the replies in order. The first error reply is raised."""
+    returns the replies in order. The first error reply is raised, or with
+    `raise_errors=False` returned in its place."""
     if not calls:
         return []
     results = await _send(client, calls)
@@ -49,9 +52,10 @@ async def run_pipelined(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> 
         retried = await _send(client, [calls[i] for i in missing])
         for i, r in zip(missing, retried, strict=True):
             results[i] = r
-    for r in results:
-        if isinstance(r, Exception):
-            raise r
+    if raise_errors:
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
     return results
 
 
@@ -66,7 +70,8 @@ class Coalescer:
     """Script calls made during one event-loop iteration, sent together in one pipeline
     (`run_pipelined`) when the iteration ends: a storm of logins or disconnects costs a
     round trip and a pooled connection per iteration, not per call. Each caller gets its
-    own reply, or its own `StoreUnavailable` when the pipeline fails."""
+    own reply: its own error reply as `StoreUnavailable` (one bad call fails only its
+    caller), and each caller its own `StoreUnavailable` when the pipeline itself fails."""
 
     def __init__(self, client: aioredis.Redis, what: str, limit_s: float) -> None:
         self._client = client
@@ -93,16 +98,28 @@ class Coalescer:
     async def _send(self, batch: list[tuple[ScriptCall, asyncio.Future[Any]]]) -> None:
         try:
             async with unavailable(self._what, self._limit):
-                results = await run_pipelined(self._client, [call for call, _ in batch])
+                results = await run_pipelined(
+                    self._client, [call for call, _ in batch], raise_errors=False
+                )
         except Exception as e:
             for _, fut in batch:
                 if not fut.done():  # a fresh exception each: they are raised in many tasks
-                    fut.set_exception(StoreUnavailable(str(e)))
+                    fut.set_exception(_unavailable(str(e), e))
             return
         except BaseException:  # cancelled (shutdown): so are the calls
             for _, fut in batch:
                 fut.cancel()
             raise
         for (_, fut), result in zip(batch, results, strict=True):
-            if not fut.done():
+            if fut.done():
+                continue
+            if isinstance(result, Exception):
+                fut.set_exception(_unavailable(f"redis: {self._what} failed: {result}", result))
+            else:
                 fut.set_result(result)
+
+
+def _unavailable(text: str, cause: BaseException) -> StoreUnavailable:
+    e = StoreUnavailable(text)
+    e.__cause__ = cause
+    return e

@@ -8,20 +8,19 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.limits import FD_RESERVE
+from gateway.limits import connection_cap
 from protocol.frames import Ping, Pong
 from tests.e2e.test_admin import http
 from tests.support.proc import GatewayProcess, free_port
 from tests.support.wire import Wire
 
-CAP = 40
+NOFILE = 200
+CAP = connection_cap(10**6, NOFILE)  # 136: 64 descriptors kept for the rest
 
 
 async def test_connections_are_capped_below_the_open_file_limit(tmp_path: Path) -> None:
     admin = free_port()
-    gw = GatewayProcess(
-        tmp_path / "data", None, "--admin-port", str(admin), nofile=FD_RESERVE + CAP
-    ).start()
+    gw = GatewayProcess(tmp_path / "data", None, "--admin-port", str(admin), nofile=NOFILE).start()
     held: list[Wire] = []
     try:
         # the start-up probe took a slot for a moment: wait until it is given back

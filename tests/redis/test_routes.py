@@ -160,6 +160,21 @@ async def test_concurrent_registrations_share_one_round_trip(
     assert list(await routes.online(range(1, 501))) == [1]  # only the "warm" device
 
 
+async def test_one_bad_registration_fails_only_its_own_caller(
+    routes: RedisRouteStore, client: aioredis.Redis
+) -> None:
+    """A call whose script errors (here: uid 7's index key holds a string) shares its
+    pipeline with 19 good ones: only its caller gets StoreUnavailable."""
+    await client.set(routes.online_key(7), "not a hash")
+    results = await asyncio.gather(
+        *(routes.register(route(uid, "phone", conn=uid)) for uid in range(1, 21)),
+        return_exceptions=True,
+    )
+    assert isinstance(results[6], StoreUnavailable) and "WRONGTYPE" in str(results[6])
+    assert results[:6] + results[7:] == [None] * 19
+    assert len(await routes.online([u for u in range(1, 21) if u != 7])) == 19
+
+
 async def test_registrations_fail_together_when_redis_is_down(prefix: str) -> None:
     client, _ = redis_from_url("redis://127.0.0.1:1/0?timeout=0.5")
     routes = RedisRouteStore(client, prefix=prefix)
