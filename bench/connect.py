@@ -36,8 +36,8 @@ def _per_conn(total: int | None, base: int | None, n: int) -> int | None:
 def ramp_up(
     run: Run, fleet: Fleet, target: int, phase: str, timeout_s: float, t0: float
 ) -> tuple[FleetView, float]:
-    """Wait until `target` connections are held (or time runs out); the view and the
-    seconds it took."""
+    """Wait until `target` connections are held, or held or given up after every try
+    (or time runs out); the view and the seconds it took."""
     started = time.monotonic()
     last_logins, last_t = 0, started
     view = fleet.poll(0)
@@ -51,6 +51,9 @@ def ramp_up(
         run.timeline.append(run.point(now, view))
         progress_line(phase, now - t0, view, target, rate, run.sampler)
         if view.held >= target:
+            break
+        if view.gave_up and view.held + view.gave_up >= target:
+            log(f"{view.gave_up} connections failed every try; going on without them")
             break
     return view, time.monotonic() - started
 

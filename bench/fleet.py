@@ -31,6 +31,7 @@ class FleetView:
     kicks: dict[str, int] = field(default_factory=dict)
     rss: int = 0
     rss_baseline: int = 0  # the processes' RSS before they held anything
+    gave_up: int = 0  # connections that failed every try (without --reconnect)
 
     @property
     def error_count(self) -> int:
@@ -125,6 +126,7 @@ class Fleet:
                 view.kicks[k] = view.kicks.get(k, 0) + v
             view.rss += m[8]
             view.rss_baseline += m[9]
+            view.gave_up += m[10]
         return view
 
     def stop(self) -> None:

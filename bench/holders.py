@@ -130,6 +130,7 @@ class Holders:
         self.kicks: dict[str, int] = {}
         self.stopping = False
         self.retry: list[int] = []  # failed first connects, tried again by the ramp
+        self.gave_up = 0  # connections that failed CONNECT_TRIES times (not reconnecting)
         self.next_port = FIRST_PORT + random.randrange(PORTS)
 
     def login_frame(self, i: int) -> bytes:
@@ -197,6 +198,8 @@ class Holders:
             self.loop.call_later(random.uniform(0, ceiling), self._reopen, conn)
         elif conn.attempt < CONNECT_TRIES:
             self.retry.append(conn.i)
+        else:
+            self.gave_up += 1  # counted as failed: the ramp does not wait for it
 
     def _reopen(self, conn: Held) -> None:
         if self.stopping or conn.state != IDLE:
@@ -304,7 +307,7 @@ class Holders:
     def report(self) -> None:
         self.out.put(
             ("progress", self.spec.idx, self.started, self.held, self.logins, self.drops,
-             dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0)
+             dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0, self.gave_up)
         )  # fmt: skip
 
 
