@@ -38,23 +38,16 @@ def charts(stem: Path, result: dict[str, Any]) -> list[str]:
         ax.plot(t, [p["held"] for p in timeline], label="connections held")
         if any(p.get("drops") for p in timeline):
             ax.plot(t, [p["drops"] for p in timeline], label="drops (cumulative)")
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("connections")
-        ax.set_title(f"{title}: connections over time")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        written.append(_save(fig, plt, stem, "connections"))
+        written.append(
+            _save(fig, ax, plt, stem, "connections", "seconds", "connections",
+                  f"{title}: connections over time")
+        )  # fmt: skip
         fig, ax = plt.subplots(figsize=(8, 4))
         gw = [(p["t"], p["gateway_rss_bytes"] / MIB) for p in timeline if p["gateway_rss_bytes"]]
         if gw:
             ax.plot([x for x, _ in gw], [y for _, y in gw], label="gateway RSS (all workers)")
         ax.plot(t, [p["generator_rss_bytes"] / MIB for p in timeline], label="generators RSS")
-        ax.set_xlabel("seconds")
-        ax.set_ylabel("MiB")
-        ax.set_title(f"{title}: memory")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        written.append(_save(fig, plt, stem, "memory"))
+        written.append(_save(fig, ax, plt, stem, "memory", "seconds", "MiB", f"{title}: memory"))
     steps = result.get("steps") or []
     if steps and "ack_p50_ms" in steps[0]:
         fig, ax = plt.subplots(figsize=(8, 4))
@@ -66,16 +59,22 @@ def charts(stem: Path, result: dict[str, Any]) -> list[str]:
             ax.plot(rates, [max(s[key], 1e-3) for s in steps], marker="o", label=label)
         ax.axhline(50, color="grey", linestyle="--", linewidth=1, label="50 ms")
         ax.set_yscale("log")
-        ax.set_xlabel("offered msg/s")
-        ax.set_ylabel("ms (log)")
-        ax.set_title(f"{title}: latency percentiles")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        written.append(_save(fig, plt, stem, "latency"))
+        written.append(
+            _save(fig, ax, plt, stem, "latency", "offered msg/s", "ms (log)",
+                  f"{title}: latency percentiles")
+        )  # fmt: skip
     return written
 
 
-def _save(fig: Any, plt: Any, stem: Path, name: str) -> str:
+def _save(
+    fig: Any, ax: Any, plt: Any, stem: Path, name: str, xlabel: str, ylabel: str, title: str
+) -> str:
+    """Label, title and grid the axes, write `<stem>-<name>.png`; its path."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend()
     path = stem.parent / f"{stem.name}-{name}.png"
     fig.tight_layout()
     fig.savefig(path, dpi=90)
