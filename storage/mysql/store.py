@@ -382,19 +382,13 @@ class MySQLStore:
         if self._pool is not None:
             await self._pool.clear()
 
-    async def _lock_seqs(self, cur: Cursor, convs: Sequence[int]) -> dict[int, int]:
-        """Lock the conversations' seq rows until commit; their max seqs. Unknown ones
-        are absent."""
-        await cur.execute(sql.lock_seqs(convs))
-        return {int(c): int(m) for c, m in await cur.fetchall()}
-
-    async def _set_seqs(self, cur: Cursor, top: dict[int, int], now: int) -> None:
-        await cur.execute(sql.set_seqs(top, now))
-
     async def _next_seq(self, cur: Cursor, conv_id: int, now: int) -> int:
-        """One seq for a server-written message, under the seq row lock."""
-        seq = (await self._lock_seqs(cur, [conv_id])).get(conv_id, 0) + 1
-        await self._set_seqs(cur, {conv_id: seq}, now)
+        """One seq for a server-written message, under the seq row lock (held until
+        commit)."""
+        await cur.execute(sql.lock_seqs([conv_id]))
+        row = await cur.fetchone()
+        seq = (int(row[1]) if row else 0) + 1
+        await cur.execute(sql.set_seqs({conv_id: seq}, now))
         return seq
 
     def _insert_sql(self, msgs: Sequence[StoredMessage]) -> list[str]:
