@@ -434,8 +434,12 @@ class EmbeddedStore:
 
     @staticmethod
     def _find_sent(conn: sqlite3.Connection, sender: int, cmid: str) -> StoredMessage | None:
+        # `client_msg_id <> ''` lets SQLite use the partial index im_message_dedup: it takes a
+        # partial index only when the WHERE implies the index's own condition. Without it
+        # every SEND scanned the whole message table. Client ids are never empty.
         row = conn.execute(
-            f"SELECT {_MSG_COLS} FROM im_message WHERE sender_uid=? AND client_msg_id=?",
+            f"SELECT {_MSG_COLS} FROM im_message "
+            "WHERE sender_uid=? AND client_msg_id=? AND client_msg_id <> ''",
             (_s(sender), cmid),
         ).fetchone()
         return _msg(row) if row else None
