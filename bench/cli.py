@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchError, log, machine_info, set_log_name
+from bench.preload import DEFAULT_CONVERSATIONS, DEFAULT_MESSAGES, Volume
 
 SCENARIOS = ("connect", "chat", "group", "storm", "offline")
 
@@ -82,6 +83,25 @@ def _rates(p: argparse.ArgumentParser, rate: float) -> None:
     p.add_argument("--content-size", type=int, default=64, help="message bytes (64)")
 
 
+def _volume(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("volume (with --spawn-gateway)")
+    g.add_argument(
+        "--preload", type=int, nargs="?", const=DEFAULT_MESSAGES, default=0, metavar="N",
+        help="store N messages (1,000,000 when N is left out) over many conversations and "
+        "users before measuring; the scenario runs first on an empty store, then on the "
+        "preloaded one, and the report gives both and their ratio",
+    )  # fmt: skip
+    g.add_argument(
+        "--preload-convs", type=int, metavar="C",
+        help=f"conversations the preloaded messages spread over "
+        f"(min({DEFAULT_CONVERSATIONS:,}, N/10))",
+    )  # fmt: skip
+    g.add_argument(
+        "--no-empty-baseline", action="store_true",
+        help="with --preload: skip the run on the empty store",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="imgw bench", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -106,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     off = sub.add_parser("offline", help="receive while offline, then log in and catch up")
     off.add_argument("--receivers", type=int, default=1000, help="offline users (1000)")
     off.add_argument("--messages", type=int, default=50, help="messages each receives (50)")
+    for sp in (ch, gr, off):
+        _volume(sp)
     for sp in (c, s, ch, gr, off):
         _common(sp)
         sp.formatter_class = argparse.RawTextHelpFormatter
@@ -119,6 +141,15 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--addr needs --token-key KID:SECRET (the gateway's key)")
     if args.scenario == "storm" and not args.spawn_gateway:
         p.error("storm kills and restarts the gateway: it needs --spawn-gateway")
+    args.volume = None
+    if getattr(args, "preload", 0):
+        if not args.spawn_gateway:
+            p.error("--preload fills a fresh store before the gateway starts: it needs "
+                    "--spawn-gateway")  # fmt: skip
+        try:
+            args.volume = Volume.of(args.preload, args.preload_convs)
+        except ValueError as e:
+            p.error(str(e))
     args.production = bool(
         args.cache and args.cache.startswith("redis") and args.bus and args.bus.startswith("amqp")
     )
@@ -146,8 +177,12 @@ def _default_timeout(args: argparse.Namespace) -> float:
         return float(2 * args.connections / args.ramp + 600 + args.connections / 1_000)
     if args.scenario in ("chat", "group"):
         steps = len(args.rates.split(",")) if args.rates else 1
-        return float(steps * (args.duration + args.warmup + 15) + 180)
-    return 900.0
+        return float(steps * (args.duration + args.warmup + 15) + 180 + _preload_s(args))
+    return 900.0 + _preload_s(args)
+
+
+def _preload_s(args: argparse.Namespace) -> float:
+    return float(getattr(args, "preload", 0) or 0) / 5_000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,10 +191,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check(parser, args)
     set_log_name(f"bench {args.scenario}")
     json_path = Path(args.json or f"bench-{args.scenario}.json")
-    if args.scenario in ("chat", "group"):
-        result, status = _send_scenario(args)
-    else:
-        result, status = _holder_scenario(args)
+    baseline: dict[str, Any] | None = None
+    if args.volume is not None and not args.no_empty_baseline:
+        log("volume mode: the run on an empty store first, then on the preloaded one")
+        volume, args.volume = args.volume, None
+        baseline, status = _scenario(args)
+        args.volume = volume
+        if status != 0:
+            log("the run on the empty store failed; the preloaded run follows anyway")
+        log(f"now with {volume.messages:,} messages preloaded")
+    result, status = _scenario(args)
+    if baseline is not None:
+        from bench.volume import compare
+
+        result["empty_store"] = baseline
+        result["volume_ratio"] = compare(args.scenario, baseline, result)
     result = {"scenario": args.scenario, **result}
     result["command"] = ["imgw", "bench", *(argv if argv is not None else sys.argv[2:])]
     result["machine"] = machine_info()
@@ -175,6 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path.with_suffix(".md").write_text(text)
     print(text)
     return status
+
+
+def _scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    if args.scenario in ("chat", "group"):
+        return _send_scenario(args)
+    return _holder_scenario(args)
 
 
 def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
@@ -207,6 +259,7 @@ def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         result["error"], status = str(e), 1
     finally:
         signal.signal(signal.SIGTERM, previous)
+        result["preload"] = run.preloaded
         pids = result.get("gateway_pids")
         result.update(run.finish(status))
         if pids:
@@ -250,6 +303,9 @@ def _send_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         argv += ["--shards", str(args.shards)]
         if args.keep_data:
             argv.append("--keep-db")
+        if args.volume is not None:
+            argv += ["--preload", str(args.volume.messages)]
+            argv += ["--preload-convs", str(args.volume.conversations)]
         argv += [f"--gateway-arg={a}" for a in args.gateway_arg]
     else:
         argv += ["--addr", args.addr, "--token-key", args.token_key]

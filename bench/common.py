@@ -258,6 +258,25 @@ class Sampler:
         cpu = 100.0 * (rows[-1][1] - rows[0][1]) / CLK_TCK / (rows[-1][0] - rows[0][0])
         return round(cpu, 1), max(r[2] for r in rows)
 
+    def cpu_seconds(self, name: str, t0: float, t1: float) -> float | None:
+        """CPU seconds (user + system) group `name` used between the first and the last
+        sample taken in [t0, t1]; None with fewer than two samples there."""
+        rows = [s for s in self.samples.get(name, []) if t0 <= s[0] <= t1]
+        if len(rows) < 2:
+            return None
+        return (rows[-1][1] - rows[0][1]) / CLK_TCK
+
+    def cpu_us_per_op(self, name: str, t0: float, t1: float, ops_per_s: float) -> float | None:
+        """CPU µs group `name` spent per operation over [t0, t1], given the rate of
+        operations in that window: the figure that holds on any machine, where
+        throughput on a shared one swings. None without samples or operations."""
+        rows = [s for s in self.samples.get(name, []) if t0 <= s[0] <= t1]
+        if len(rows) < 2 or ops_per_s <= 0:
+            return None
+        cpu_s = (rows[-1][1] - rows[0][1]) / CLK_TCK
+        wall = rows[-1][0] - rows[0][0]
+        return round(1e6 * cpu_s / wall / ops_per_s, 1)
+
     def latest_rss(self, name: str) -> int | None:
         rows = self.samples.get(name)
         return rows[-1][2] if rows else None
@@ -363,6 +382,7 @@ class GatewaySpec:
     extra: list[str] = field(default_factory=list)
     keep_data: bool = False
     log_path: Path | None = None
+    preload: Any = None  # a bench.preload.Volume: rows stored before the gateway starts
 
 
 class Gateway:
@@ -434,6 +454,14 @@ class Gateway:
         if done.returncode != 0:
             raise BenchError(f"imgw db migrate failed: {done.stderr.strip() or done.stdout}")
         log(f"database {urlsplit(self.store).path.lstrip('/')} ready ({self.spec.shards} shards)")
+
+    def preload(self) -> dict[str, Any] | None:
+        """Store the spec's preload volume (after migrate, before start); its summary."""
+        if self.spec.preload is None or not self.spec.preload.messages:
+            return None
+        from bench.preload import preload
+
+        return preload(self.store, self.spec.preload, log=log)
 
     def start(self, timeout: float) -> None:
         spec = self.spec

@@ -58,10 +58,19 @@ def ramp_up(
     return view, time.monotonic() - started
 
 
+def cpu_us_per(run: Run, t0: float, t1: float, ops: int) -> float | None:
+    """The gateway's CPU µs per operation over [t0, t1] (force-sampled at both ends)."""
+    cpu = run.sampler.cpu_seconds("gateway", t0, t1)
+    return round(1e6 * cpu / ops, 1) if cpu is not None and ops > 0 else None
+
+
 def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict[str, Any]:
-    """Hold for `seconds`; the minimum held, the drops, and memory at the end."""
+    """Hold for `seconds`; the minimum held, the drops, memory at the end, and the
+    gateway's CPU per PING answered meanwhile."""
     view = fleet.poll(0.5)
-    drops0 = view.drops
+    t_start = time.monotonic()
+    run.sample(force=True)
+    drops0, pongs0 = view.drops, view.pongs
     held_min = view.held
     until = time.monotonic() + seconds
     while time.monotonic() < until:
@@ -73,7 +82,10 @@ def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict
         run.timeline.append(run.point(now, view))
         progress_line("hold", now - t0, view, target, 0, run.sampler)
     run.sample(force=True)
+    pongs = view.pongs - pongs0
     return {
+        "pings": pongs,
+        "cpu_us_per_ping": cpu_us_per(run, t_start, time.monotonic(), pongs),
         "view": view,
         "held_min": held_min,
         "drops": view.drops - drops0,
@@ -105,6 +117,7 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     base_kernel = kernel_memory()
     t0 = time.monotonic()
     run.t0 = t0
+    run.sample(force=True)
     log(
         f"ramping {n:,} connections at {args.ramp:,.0f}/s from {fleet.procs_n} generator "
         f"processes (source addresses {fleet.src_ip(0)}..), heartbeat every {args.hb} s"
@@ -114,11 +127,16 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         ramp_s = n / args.ramp + 60 + n / 5_000
         view, took = ramp_up(run, fleet, n, "ramp", ramp_s, t0)
         result["ramp_s"] = round(took, 1)
+        run.sample(force=True)
+        result["logins"] = view.logins
+        result["gateway_cpu_us_per_login"] = cpu_us_per(run, t0, time.monotonic(), view.logins)
         result["connections_reached"] = view.held
         if view.held < n:
             log(f"only {view.held:,} of {n:,} connections held after {took:.0f} s; holding those")
         log(f"holding {view.held:,} connections for {args.hold:g} s")
         h = hold(run, fleet, args.hold, n, t0)
+        result["pings_answered"] = h["pings"]
+        result["gateway_cpu_us_per_ping"] = h["cpu_us_per_ping"]
         gen_rss, gen_base = h["view"].rss, h["view"].rss_baseline
     finally:
         fleet.stop()
@@ -179,12 +197,20 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             gw.stop(timeout=args.timeout)
         down_s = time.monotonic() - storm_t
         gw.start(timeout=120)
+        t_up = time.monotonic()
         run.sample(force=True)
-        up_s = time.monotonic() - storm_t
+        up_s = t_up - storm_t
+        syncs_before = view.syncs
         log(f"gateway back after {up_s:.1f} s; waiting for every client")
         deadline = max(120.0, 3 * args.backoff_cap + n / 500)
         view, _ = ramp_up(run, fleet, n, "storm", deadline, t0)
         recovered_s = time.monotonic() - storm_t
+        run.sample(force=True)
+        # Every reconnect is a login and a SYNC: CPU per pair, on the restarted gateway.
+        result["syncs"] = view.syncs - syncs_before
+        result["gateway_cpu_us_per_sync"] = cpu_us_per(
+            run, t_up, time.monotonic(), view.syncs - syncs_before
+        )
         result["gateway_pids"] = gw.pids()
     finally:
         fleet.stop()

@@ -32,6 +32,8 @@ class FleetView:
     rss: int = 0
     rss_baseline: int = 0  # the processes' RSS before they held anything
     gave_up: int = 0  # connections that failed every try (without --reconnect)
+    pongs: int = 0  # PINGs the gateway answered
+    syncs: int = 0  # SYNCs the gateway answered
 
     @property
     def error_count(self) -> int:
@@ -127,6 +129,8 @@ class Fleet:
             view.rss += m[8]
             view.rss_baseline += m[9]
             view.gave_up += m[10]
+            view.pongs += m[11]
+            view.syncs += m[12]
         return view
 
     def stop(self) -> None:

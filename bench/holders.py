@@ -94,6 +94,7 @@ class Held(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         if data == _PONG and not self.buf:
+            self.gen.pongs += 1
             return  # the common case, ~33,000 a second at 1M connections: no decoding
         buf = self.buf + data if self.buf else data
         while len(buf) >= 4:
@@ -124,6 +125,8 @@ class Holders:
         self.started = 0  # connections started by the ramp
         self.pending = 0  # connects in flight
         self.held = 0
+        self.pongs = 0  # PONGs received: PINGs the gateway answered
+        self.syncs = 0  # SYNC_RESULTs received
         self.logins = 0
         self.drops = 0
         self.errors: dict[str, int] = {}
@@ -217,6 +220,7 @@ class Holders:
     def on_frame(self, conn: Held, frame: list[Any]) -> None:
         op = frame[0]
         if op == Op.PONG:
+            self.pongs += 1
             return
         if op == Op.LOGIN_OK and conn.state == LOGGING_IN:
             self.logins += 1
@@ -227,6 +231,7 @@ class Holders:
             else:
                 self._held(conn)
         elif op == Op.SYNC_RESULT and conn.state == SYNCING:
+            self.syncs += 1
             self._held(conn)
         elif op == Op.KICK:
             self.count(self.kicks, _name(KickReason, frame[1]))
@@ -307,7 +312,8 @@ class Holders:
     def report(self) -> None:
         self.out.put(
             ("progress", self.spec.idx, self.started, self.held, self.logins, self.drops,
-             dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0, self.gave_up)
+             dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0, self.gave_up,
+             self.pongs, self.syncs)
         )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from protocol.frames import OpenP2P, Pull, PullResult, Push, Sync, SyncResult
 from protocol.token import sign_token
 
 PAGE = 200
+SYNC_ROUNDS = 5
 DEVICE = "b"
 
 
@@ -84,6 +85,7 @@ async def _offline(args: argparse.Namespace, run: Run) -> dict[str, Any]:
 
     hist = new_hist()
     got: list[tuple[int, int]] = []  # per receiver: (messages, distinct seqs)
+    online: list[LoadConnection] = []
 
     async def catch_up(i: int) -> None:
         start = time.monotonic_ns()
@@ -111,12 +113,18 @@ async def _offline(args: argparse.Namespace, run: Run) -> dict[str, Any]:
                     break
         record_us(hist, time.monotonic_ns() - start)
         got.append((len(seqs), len(set(seqs))))
-        conn.close()
+        online.append(conn)
 
     log(f"{n} receivers log in and catch up")
     t = time.monotonic()
+    run.sample(force=True)
     await asyncio.gather(*(catch_up(i) for i in range(n)))
     wall = time.monotonic() - t
+    run.sample(force=True)
+    catch_up_cpu = run.sampler.cpu_seconds("gateway", t, time.monotonic())
+    sync_cpu_us = await _sync_rounds(run, online)
+    for conn in online:
+        conn.close()
     pulled = sum(g[0] for g in got)
     h = hist_of([hist.encode()])
     return {
@@ -131,6 +139,10 @@ async def _offline(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         "catch_up_p99_ms": ms(h, 99),
         "catch_up_max_ms": ms(h),
         "messages_pulled": pulled,
+        "gateway_cpu_us_per_catch_up": round(1e6 * catch_up_cpu / n, 1)
+        if catch_up_cpu is not None and n
+        else None,
+        "gateway_cpu_us_per_sync": sync_cpu_us,
         "pulled_per_s": round(pulled / wall, 1) if wall > 0 else None,
         "missing": sum(max(0, m - g[1]) for g in got),
         "duplicates": sum(g[0] - g[1] for g in got),
@@ -138,6 +150,20 @@ async def _offline(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         "connections_held": 2 * n,
         "drops": 0,
     }
+
+
+async def _sync_rounds(run: Run, conns: list[LoadConnection]) -> float | None:
+    """The gateway's CPU per SYNC: every caught-up receiver asks SYNC_ROUNDS first pages
+    (its conversations with unread counts), all at once, round after round."""
+    if not conns:
+        return None
+    t = time.monotonic()
+    run.sample(force=True)
+    for _ in range(SYNC_ROUNDS):
+        await asyncio.gather(*(c.request(Sync, 0, 0, PAGE, timeout=60) for c in conns))
+    run.sample(force=True)
+    cpu = run.sampler.cpu_seconds("gateway", t, time.monotonic())
+    return None if cpu is None else round(1e6 * cpu / (SYNC_ROUNDS * len(conns)), 1)
 
 
 def run_offline(args: argparse.Namespace, run: Run) -> dict[str, Any]:

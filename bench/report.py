@@ -86,6 +86,24 @@ def _b(n: Any) -> str:
     return "-" if n is None else f"{n:,} B"
 
 
+CPU_FIGURES = (
+    ("gateway_cpu_us_per_msg", "gateway per acked message"),
+    ("gateway_cpu_us_per_push", "gateway per push"),
+    ("mariadb_cpu_us_per_msg", "MariaDB per message"),
+    ("redis_cpu_us_per_msg", "Redis per message"),
+    ("loadgen_cpu_us_per_msg", "generators per message"),
+    ("gateway_cpu_us_per_login", "gateway per login"),
+    ("gateway_cpu_us_per_ping", "gateway per PING"),
+    ("gateway_cpu_us_per_sync", "gateway per SYNC"),
+    ("gateway_cpu_us_per_catch_up", "gateway per receiver caught up"),
+)
+
+
+def _cpu_lines(result: dict[str, Any]) -> list[str]:
+    got = [f"{label} {result[k]:g}" for k, label in CPU_FIGURES if result.get(k) is not None]
+    return [f"- CPU µs per operation: {', '.join(got)}"] if got else []
+
+
 def summary(result: dict[str, Any]) -> str:
     """A few lines a person can read."""
     s = result["scenario"]
@@ -134,6 +152,17 @@ def summary(result: dict[str, Any]) -> str:
             f"{result.get('catch_up_p50_ms')} ms, p99 {result.get('catch_up_p99_ms')} ms; "
             f"missing {result.get('missing')}, duplicates {result.get('duplicates')}"
         )
+    if result.get("preload"):
+        pre = result["preload"]
+        lines.append(
+            f"- preloaded {pre['messages']:,} messages in {pre['conversations']:,} "
+            f"conversations ({pre['seconds']} s) before measuring"
+        )
+    if result.get("volume_ratio"):
+        from bench.volume import lines as volume_lines
+
+        lines.extend(volume_lines(result["volume_ratio"]))
+    lines.extend(_cpu_lines(result))
     lines.append(f"- gateway RSS {_b(result.get('gateway_rss_bytes'))}, pids "
                  f"{len(result.get('gateway_pids') or [])}")  # fmt: skip
     for chart in result.get("charts", []):

@@ -25,12 +25,14 @@ class Run:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"imgw-bench-{args.scenario}-"))
         self.gateway: Gateway | None = None
         self.workers = workers
+        self.preloaded: dict[str, Any] | None = None
         if args.spawn_gateway:
             self.kid, self.secret = "bench", secrets.token_hex(16)
             spec = GatewaySpec(
                 store=args.store, cache=args.cache or "memory://", bus=args.bus or "local://",
                 workers=workers, shards=args.shards, hb=args.gateway_hb,
                 idle=args.gateway_idle, extra=list(args.gateway_arg), keep_data=args.keep_data,
+                preload=getattr(args, "volume", None),
             )  # fmt: skip
             self.gateway = Gateway(spec, self.workdir, self.kid, self.secret)
             self.host, self.port = self.gateway.host, self.gateway.port
@@ -46,6 +48,7 @@ class Run:
         if gw is not None and gw.proc is None and not gw.attached:
             gw.check_services()
             gw.migrate(120)
+            self.preloaded = gw.preload()
             gw.start(timeout=120 + 2 * self.workers)
         if gw is not None:
             self.sampler.watch("gateway", gw.pids)

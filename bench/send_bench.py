@@ -64,6 +64,7 @@ from bench.common import (
 )
 from bench.limits import raise_nofile
 from bench.loadclient import LoadConnection, RequestFailed, connect, stamp_of, stamped_content
+from bench.preload import Volume
 from protocol.frames import Push
 from protocol.token import sign_token
 
@@ -569,6 +570,13 @@ class Driver:
         redis_cpu, _ = self.sampler.between("redis", t0, t1)
         host_cpu, _ = self.sampler.between("host", t0, t1)
         acks_in_time = sum(r["acks_in_window_time"] for r in rows)
+        acked_per_s = acks_in_time / window_s
+        pushes = sum(r["pushes"] for r in rows)
+        loadgen_cpu = round(sum(r["cpu_percent"] for r in rows), 1)
+
+        def per_msg(name: str) -> float | None:
+            return self.sampler.cpu_us_per_op(name, t0, t1, acked_per_s)
+
         step: dict[str, Any] = {
             "step": index + 1,
             "rate_target": rate,
@@ -576,13 +584,13 @@ class Driver:
             "sent": sum(r["sent"] for r in rows),
             "acked": sum(r["acked"] for r in rows),
             "errors": errors,
-            "acked_per_s": round(acks_in_time / window_s, 1),
+            "acked_per_s": round(acked_per_s, 1),
             "ack_p50_ms": ms(ack, 50),
             "ack_p90_ms": ms(ack, 90),
             "ack_p99_ms": ms(ack, 99),
             "ack_p999_ms": ms(ack, 99.9),
             "ack_max_ms": ms(ack),
-            "pushes": sum(r["pushes"] for r in rows),
+            "pushes": pushes,
             "push_p50_ms": ms(push, 50),
             "push_p99_ms": ms(push, 99),
             "push_max_ms": ms(push),
@@ -592,7 +600,20 @@ class Driver:
             "redis_cpu_percent": redis_cpu,
             "host_cpu_busy_percent": host_cpu,
             "host_cores": os.cpu_count(),
-            "loadgen_cpu_percent": round(sum(r["cpu_percent"] for r in rows), 1),
+            "loadgen_cpu_percent": loadgen_cpu,
+            # CPU per operation: steady where throughput on a shared machine swings.
+            "gateway_cpu_us_per_msg": per_msg("gateway"),
+            "gateway_cpu_us_per_push": self.sampler.cpu_us_per_op(
+                "gateway", t0, t1, pushes / window_s
+            )
+            if self.args.group_size > 2
+            else None,
+            "mariadb_cpu_us_per_msg": per_msg("mariadb"),
+            "redis_cpu_us_per_msg": per_msg("redis"),
+            "loadgen_cpu_us_per_msg": round(1e4 * loadgen_cpu / acked_per_s, 1)
+            if acked_per_s
+            else None,
+            "host_cpu_us_per_msg": per_msg("host"),
             "loadgen_lag_p99_ms": ms(lag, 99),
             "loadgen_lag_max_ms": ms(lag),
             "kicks": kicks,
@@ -623,7 +644,17 @@ def print_step(s: dict[str, Any]) -> None:
         f"{s['loadgen_lag_p99_ms']:.2f} ms max {s['loadgen_lag_max_ms']:.2f} ms\n"
         f"  redis cpu {'-' if redis_cpu is None else f'{redis_cpu:.0f}%'}"
         f"   machine busy {'-' if host is None else f'{host:.0f}%'}"
-        f" of {100 * (s.get('host_cores') or 0)}% ({s.get('host_cores')} cores)"
+        f" of {100 * (s.get('host_cores') or 0)}% ({s.get('host_cores')} cores)\n"
+        f"  CPU µs per acked message: gateway {_us(s.get('gateway_cpu_us_per_msg'))}"
+        f"  mariadb {_us(s.get('mariadb_cpu_us_per_msg'))}"
+        f"  redis {_us(s.get('redis_cpu_us_per_msg'))}"
+        f"  generators {_us(s.get('loadgen_cpu_us_per_msg'))}"
+        f"  whole machine {_us(s.get('host_cpu_us_per_msg'))}"
+        + (
+            f"  (gateway per push {_us(s['gateway_cpu_us_per_push'])})"
+            if s.get("gateway_cpu_us_per_push") is not None
+            else ""
+        )
     )
     view = s.get("gateway_send_path")
     if view and view["batches"]:
@@ -632,6 +663,10 @@ def print_step(s: dict[str, Any]) -> None:
             f"{view['batch_mean']} msgs, {view['commit_mean_ms']} ms each; "
             f"mean SEND-to-ACK inside the gateway {view['server_ack_mean_ms']} ms"
         )
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}"
 
 
 def sustained(steps: list[dict[str, Any]]) -> float | None:
@@ -670,6 +705,7 @@ def run(args: argparse.Namespace) -> int:
                 shards=args.shards, port=args.port, extra=args.gateway_arg,
                 keep_data=args.keep_db,
                 log_path=Path(args.gateway_log) if args.gateway_log else None,
+                preload=Volume.of(args.preload, args.preload_convs) if args.preload else None,
             )  # fmt: skip
             gw = driver.gateway = Gateway(spec, workdir, kid, secret)
             result["backend"] = {
@@ -680,6 +716,7 @@ def run(args: argparse.Namespace) -> int:
             }
             gw.check_services()
             gw.migrate(min(60.0, driver.remaining()))
+            result["preload"] = gw.preload()
             gw.start(min(120.0, driver.remaining()))
             host, port = gw.host, gw.port
             driver.sampler.watch("gateway", gw.pids)
@@ -838,6 +875,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     load.add_argument(
         "--content-size", type=int, default=64, help="message content bytes (>= 8; 64)"
     )
+    load.add_argument(
+        "--preload", type=int, default=0, metavar="N",
+        help="store N messages over many conversations before the gateway starts (with "
+        "--spawn-gateway): measure the store at volume, not empty",
+    )  # fmt: skip
+    load.add_argument(
+        "--preload-convs", type=int, metavar="C",
+        help="conversations the preloaded messages spread over (min(100000, N/10))",
+    )  # fmt: skip
     load.add_argument("--connect-concurrency", type=int, default=200, help=argparse.SUPPRESS)
     load.add_argument("--uid-base", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument(
@@ -856,6 +902,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--token-key must be KID:SECRET")
     if args.embedded and args.store:
         p.error("--embedded and --store exclude each other")
+    if args.preload and not args.spawn_gateway:
+        p.error("--preload writes into a fresh store before the gateway starts: "
+                "it needs --spawn-gateway")  # fmt: skip
     try:
         args.rates = [float(r) for r in args.rates.split(",")] if args.rates else [args.rate]
     except ValueError:
@@ -881,6 +930,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         )
     if args.timeout is None:
         args.timeout = len(args.rates) * (args.duration + args.warmup + args.drain) + 60
+        args.timeout += args.preload / 5_000  # bulk loading runs at >= 10,000 rows/s
     return args
 
 

@@ -53,6 +53,7 @@ def test_connect_holds_every_connection(tmp_path: Path) -> None:
     assert 0 < r["gateway_rss_per_conn_bytes"] < 20_000
     assert 0 < r["generator_rss_per_conn_bytes"] < 20_000
     assert len(r["charts"]) == 2 and r["timeline"][-1]["held"] == 1500
+    assert r["gateway_cpu_us_per_login"] > 0 and r["gateway_cpu_us_per_ping"] is not None
 
 
 def test_connect_on_production_backends_with_two_workers(tmp_path: Path) -> None:
@@ -74,6 +75,21 @@ def test_chat_reports_ack_and_push_latency(tmp_path: Path) -> None:
         assert field in r
     assert r["rate_target"] == 200 and r["acked"] >= 300 and r["errors"] == 0
     assert 0 < r["ack_p50_ms"] <= r["ack_p99_ms"] and 0 < r["push_p50_ms"] <= r["push_p99_ms"]
+    assert r["gateway_cpu_us_per_msg"] > 0
+
+
+def test_chat_volume_mode_compares_empty_and_preloaded(tmp_path: Path) -> None:
+    r = bench(tmp_path, "chat", "--rate", "200", "--duration", "2", "--warmup", "1",
+              "--procs", "1", "--preload", "30000", "--preload-convs", "3000")  # fmt: skip
+    assert r["preload"] == {"messages": 30_000, "conversations": 3_000, "users": 3_001,
+                            "seconds": r["preload"]["seconds"]}  # fmt: skip
+    assert r["empty_store"]["preload"] is None and r["empty_store"]["acked"] >= 300
+    step = r["volume_ratio"]["steps"][0]
+    assert step["rate_target"] == 200
+    acked = step["acked_per_s"]
+    assert acked["empty"] > 0 and acked["preloaded"] > 0
+    assert acked["ratio"] == round(acked["preloaded"] / acked["empty"], 3)
+    assert "- volume: empty store → preloaded store" in (tmp_path / "chat.md").read_text()
 
 
 def test_group_fans_out_to_every_member(tmp_path: Path) -> None:
@@ -81,6 +97,7 @@ def test_group_fans_out_to_every_member(tmp_path: Path) -> None:
               "--warmup", "1", "--procs", "1")  # fmt: skip
     assert r["group_size"] == 4 and r["errors"] == 0
     assert r["pushes"] == 3 * r["acked"]  # every other member got each message
+    assert r["gateway_cpu_us_per_push"] > 0
 
 
 def test_storm_kill_every_client_comes_back(tmp_path: Path) -> None:
@@ -89,12 +106,14 @@ def test_storm_kill_every_client_comes_back(tmp_path: Path) -> None:
     assert r["recovered"] and r["connections_held"] == 800
     assert r["relogins"] >= 800 and r["recovery_s"] > 0
     assert r["gateway_pids"] != r["gateway_pids_before"]  # a new gateway process
+    assert r["syncs"] >= 800 and r["gateway_cpu_us_per_sync"] > 0
 
 
 def test_offline_catch_up_is_complete(tmp_path: Path) -> None:
     r = bench(tmp_path, "offline", "--receivers", "50", "--messages", "20")
     assert r["acked"] == 1000 and r["missing"] == 0 and r["duplicates"] == 0
     assert r["messages_pulled"] == 1000 and r["catch_up_p99_ms"] > 0
+    assert r["gateway_cpu_us_per_sync"] > 0 and r["gateway_cpu_us_per_catch_up"] > 0
 
 
 @pytest.mark.parametrize(
@@ -103,6 +122,10 @@ def test_offline_catch_up_is_complete(tmp_path: Path) -> None:
         (["connect"], "give exactly one of --spawn-gateway and --addr"),
         (["connect", "--spawn-gateway", "--connections", "100000"], "need several gateway workers"),
         (["storm", "--addr", "127.0.0.1:1", "--token-key", "k:s"], "needs --spawn-gateway"),
+        (
+            ["chat", "--addr", "127.0.0.1:1", "--token-key", "k:s", "--preload"],
+            "it needs --spawn-gateway",
+        ),
     ],
 )
 def test_bad_invocations_say_what_to_do(args: list[str], message: str) -> None:

@@ -42,12 +42,17 @@ def check_report(r: dict[str, Any]) -> None:
     assert r["gateway_rss_bytes"] and r["gateway_rss_bytes"] > 0
     assert r["machine"]["nproc"] >= 1
     assert len(r["steps"]) == 1
+    # CPU per operation, from the gateway's /proc/PID/stat over the measured window
+    assert r["gateway_cpu_us_per_msg"] > 0
+    assert r["loadgen_cpu_us_per_msg"] > 0
 
 
 def test_send_bench_embedded(tmp_path: Path) -> None:
-    r = run_bench(tmp_path, "--embedded")
+    r = run_bench(tmp_path, "--embedded", "--preload", "20000")
     check_report(r)
     assert r["backend"]["store"].startswith("sqlite:///")
+    assert r["preload"]["messages"] == 20_000
+    assert r["preload"]["conversations"] == 2_000
 
 
 def test_send_bench_mariadb(tmp_path: Path) -> None:
@@ -57,6 +62,7 @@ def test_send_bench_mariadb(tmp_path: Path) -> None:
         pytest.fail(f"MariaDB is not reachable on 127.0.0.1:3306 ({e}); start it: {MARIADB_HOW}")
     r = run_bench(tmp_path)
     check_report(r)
+    assert r["mariadb_cpu_us_per_msg"] > 0
     store = r["backend"]["store"]
     assert store.startswith("mysql://") and "/imgw_bench_" in store
     name = store.rsplit("/", 1)[1]
