@@ -60,7 +60,16 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-burst", type=int, help="sends per uid in a burst (200)")
     p.add_argument("--rate-per-s", type=float, help="sustained sends per uid per second (100)")
     p.add_argument("--batch-max", type=int, help="messages per group commit (512)")
-    p.add_argument("--batch-delay-ms", type=float, help="longest wait to fill a batch (2)")
+    p.add_argument("--batch-delay-ms", type=float, help="a batch's wait at low rates, ms (2)")
+    p.add_argument(
+        "--batch-min", type=int,
+        help="a batch starts once this many SENDs wait (32) ...",
+    )  # fmt: skip
+    p.add_argument(
+        "--batch-wait-ms", type=float,
+        help="... or once the oldest waited this long, at rates that fill it (10; "
+        "set it to --batch-delay-ms for a fixed wait)",
+    )  # fmt: skip
     p.add_argument("--batch-inflight", type=int, help="group commits running at once (2)")
     p.add_argument("--shutdown-timeout", type=float, help="seconds to finish in-flight sends")
     p.add_argument(
@@ -93,7 +102,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "admin_port",
         "admin_host", "hb", "idle", "login_timeout", "max_frame", "max_content", "max_connections",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
-        "batch_inflight", "shutdown_timeout", "log_format", "log_level", "workers",
+        "batch_min", "batch_wait_ms", "batch_inflight", "shutdown_timeout", "log_format",
+        "log_level", "workers",
         "drain_rate", "reconnect_hint", "sync_hint_spread_s",
     ]  # fmt: skip
     overrides = {n: getattr(args, n, None) for n in names}

@@ -51,7 +51,9 @@ class Config:
     rate_per_s: float = 100.0
     # Send batcher.
     batch_max: int = 512
-    batch_delay_ms: float = 2.0
+    batch_delay_ms: float = 2.0  # a batch's wait at low rates, where waiting gathers nothing
+    batch_min: int = 32  # a batch starts once this many wait ...
+    batch_wait_ms: float = 10.0  # ... or after this long, at rates that can fill it
     batch_inflight: int = 2  # group commits running at once (disjoint conversations)
     max_pending_sends: int = 20_000  # queued beyond this, SEND is refused as unavailable
     # Operations.
@@ -91,6 +93,8 @@ class Config:
             raise ConfigError(
                 "need max_inflight_requests >= 2, batch_max >= 1, batch_inflight >= 1"
             )
+        if self.batch_min < 1 or self.batch_delay_ms < 0 or self.batch_wait_ms < 0:
+            raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
         if not (math.isfinite(self.drain_rate) and math.isfinite(self.sync_hint_spread_s)):
             raise ConfigError("drain_rate and sync_hint_spread_s must be finite numbers")
         if self.workers < 1 or self.drain_rate < 0 or self.sync_hint_spread_s < 0:

@@ -69,6 +69,8 @@ class Node:
             max_batch=config.batch_max,
             max_delay_s=config.batch_delay_ms / 1000,
             max_inflight=config.batch_inflight,
+            min_batch=config.batch_min,
+            max_wait_s=config.batch_wait_ms / 1000,
             on_batch=self.metrics.observe_batch,
         )
         self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection

@@ -73,3 +73,48 @@ async def test_failed_commit_fails_only_its_batch() -> None:
     failed = [f for f in futures if f.exception() is not None]
     assert failed and ok
     assert len(store.committed) == len(ok)
+
+
+class SizeStore:
+    """Commits at once; records each batch's size and when each message was committed."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        self.sizes.append(len(batch))
+        return [AppendResult(AppendStatus.STORED) for _ in batch]
+
+
+async def test_batches_grow_when_the_rate_can_fill_them() -> None:
+    """At ~1,000 msg/s a batch waits (up to max_wait) for min_batch messages instead of
+    committing every 2 ms: fewer, larger commits."""
+    store = SizeStore()
+    batcher = SendBatcher(store, max_batch=512, max_delay_s=0.002, min_batch=20,  # type: ignore[arg-type]
+                          max_wait_s=0.2)  # fmt: skip
+    futures = []
+    for i in range(300):
+        futures.append(batcher.submit(NewMessage(i % 50, 1, f"m{i}", 1, b"")))
+        await asyncio.sleep(0.001)
+    await batcher.drain()
+    assert all(f.result().status is AppendStatus.STORED for f in futures)
+    # The first ~100 ms, before the rate is known, go in 2 ms batches; then 20 each.
+    # A fixed 2 ms wait would have taken ~150 commits.
+    assert sum(store.sizes) == 300 and len(store.sizes) <= 75, store.sizes
+    assert store.sizes[-3] == store.sizes[-2] == 20
+
+
+async def test_a_lone_message_is_not_held_for_the_long_wait() -> None:
+    """At a rate where waiting would gather nothing, a message waits only max_delay."""
+    store = SizeStore()
+    loop = asyncio.get_running_loop()
+    batcher = SendBatcher(store, max_batch=512, max_delay_s=0.002, min_batch=20,  # type: ignore[arg-type]
+                          max_wait_s=0.5)  # fmt: skip
+    waits = []
+    for i in range(4):  # ~1.6 msg/s: a 0.5 s wait would gather less than one more
+        t = loop.time()
+        await batcher.submit(NewMessage(1, 1, f"m{i}", 1, b""))
+        waits.append(loop.time() - t)
+        await asyncio.sleep(0.6)
+    assert max(waits) < 0.25, waits  # not the 0.5 s max_wait
+    assert store.sizes == [1] * 4
