@@ -46,6 +46,8 @@ _UNREAD_TYPES = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
 
 
 _I64_MAX = (1 << 63) - 1
+CHECKPOINT_EVERY_S = 0.5
+BACKSTOP_CHECKPOINT_PAGES = 16_384  # 64 MiB of WAL: the writer checkpoints itself
 
 
 def _s(uid: int) -> int:
@@ -94,8 +96,12 @@ class EmbeddedStore:
         self._ids = ids or Snowflake(0)
         self._writer = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-w")
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-r")
+        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-ckpt")
         self._wconn: sqlite3.Connection | None = None
         self._rconn: sqlite3.Connection | None = None
+        self._cconn: sqlite3.Connection | None = None
+        self._ckpt_due = 0.0  # writer thread: when the next checkpoint may be asked for
+        self._ckpt_running = False
         self._seqs: dict[int, int] = {}  # writer thread only
         self._seq_undo: dict[int, int | None] = {}  # this transaction's seqs before it
         self._members: dict[int, _Members] = {}  # event loop only
@@ -109,13 +115,20 @@ class EmbeddedStore:
                 os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
             self._wconn = connect(self._path, self._busy_ms)
             migrate(self._wconn)
+            if self._path != ":memory:":
+                self._wconn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
 
         def open_reader() -> None:
             self._rconn = connect(self._path, self._busy_ms)
             self._rconn.execute("PRAGMA query_only=ON")
 
+        def open_checkpointer() -> None:
+            self._cconn = connect(self._path, self._busy_ms)
+
         await self._w(open_writer)
         await self._r(open_reader)
+        if self._path != ":memory:":
+            await self._run(self._checkpointer, open_checkpointer)
 
     async def close(self) -> None:
         def close_w() -> None:
@@ -126,10 +139,16 @@ class EmbeddedStore:
             if self._rconn is not None:
                 self._rconn.close()
 
+        def close_c() -> None:
+            if self._cconn is not None:
+                self._cconn.close()
+
         await self._w(close_w)
         await self._r(close_r)
+        await self._run(self._checkpointer, close_c)
         self._writer.shutdown(wait=True)
         self._reader.shutdown(wait=True)
+        self._checkpointer.shutdown(wait=True)
 
     def now_ms(self) -> int:
         return self._clock()
@@ -166,6 +185,7 @@ class EmbeddedStore:
         try:
             result = body(conn)
             conn.execute("COMMIT")
+            self._ask_checkpoint()
         except BaseException:
             # seqs handed out in a rolled-back transaction are given back
             for conv_id, before in self._seq_undo.items():
@@ -177,6 +197,27 @@ class EmbeddedStore:
                 conn.execute("ROLLBACK")
             raise
         return result
+
+    def _ask_checkpoint(self) -> None:
+        """Writer thread, after a commit: at most every CHECKPOINT_EVERY_S, have the
+        checkpointer thread copy the WAL back into the database (PASSIVE: it blocks no
+        reader or writer). The writer's own auto-checkpoint, which used to stall a
+        commit for tens of ms every ~4 MB of WAL, is only the backstop now."""
+        now = time.monotonic()
+        if self._cconn is None or self._ckpt_running or now < self._ckpt_due:
+            return
+        self._ckpt_due = now + CHECKPOINT_EVERY_S
+        self._ckpt_running = True
+        self._checkpointer.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        try:
+            if self._cconn is not None:
+                self._cconn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            pass  # busy or closing: the next one (or the backstop) catches up
+        finally:
+            self._ckpt_running = False
 
     # -- writer-thread helpers ----------------------------------------------------------
 
@@ -192,6 +233,44 @@ class EmbeddedStore:
         self._seqs[conv_id] = cur + 1
         return cur + 1
 
+    def _new(
+        self,
+        conn: sqlite3.Connection,
+        conv_id: int,
+        sender: int,
+        msg_type: int,
+        content: bytes,
+        client_msg_id: str,
+        now: int,
+    ) -> StoredMessage:
+        """The next message of the conversation, not written yet (see _write)."""
+        seq = self._next_seq(conn, conv_id)
+        return StoredMessage(
+            conv_id, seq, self._ids.next_id(now), sender, msg_type, content, now, client_msg_id
+        )
+
+    @staticmethod
+    def _write(conn: sqlite3.Connection, msgs: Sequence[StoredMessage], now: int) -> None:
+        """Insert messages (in seq order per conversation) and raise each conversation's
+        max_seq once: two statements run by SQLite's own loop, whatever the batch size."""
+        conn.executemany(
+            f"INSERT INTO im_message ({_MSG_COLS}) VALUES (?,?,?,?,?,?,?,?)",
+            [
+                (m.conv_id, m.seq, m.msg_id, _s(m.sender_uid), m.msg_type, m.content, m.server_ms,
+                 m.client_msg_id)
+                for m in msgs
+            ],
+        )  # fmt: skip
+        top: dict[int, int] = {}
+        for m in msgs:
+            top[m.conv_id] = max(m.seq, top.get(m.conv_id, 0))
+        conn.executemany(
+            "INSERT INTO im_conv_seq (conv_id, max_seq, last_active_ms) VALUES (?,?,?) "
+            "ON CONFLICT(conv_id) DO UPDATE SET max_seq=excluded.max_seq, "
+            "last_active_ms=MAX(last_active_ms, excluded.last_active_ms)",
+            [(conv_id, seq, now) for conv_id, seq in top.items()],
+        )
+
     def _insert(
         self,
         conn: sqlite3.Connection,
@@ -202,20 +281,8 @@ class EmbeddedStore:
         client_msg_id: str,
         now: int,
     ) -> StoredMessage:
-        seq = self._next_seq(conn, conv_id)
-        msg = StoredMessage(
-            conv_id, seq, self._ids.next_id(now), sender, msg_type, content, now, client_msg_id
-        )
-        conn.execute(
-            f"INSERT INTO im_message ({_MSG_COLS}) VALUES (?,?,?,?,?,?,?,?)",
-            (conv_id, seq, msg.msg_id, _s(sender), msg_type, content, now, client_msg_id),
-        )
-        conn.execute(
-            "INSERT INTO im_conv_seq (conv_id, max_seq, last_active_ms) VALUES (?,?,?) "
-            "ON CONFLICT(conv_id) DO UPDATE SET max_seq=excluded.max_seq, "
-            "last_active_ms=MAX(last_active_ms, excluded.last_active_ms)",
-            (conv_id, seq, now),
-        )
+        msg = self._new(conn, conv_id, sender, msg_type, content, client_msg_id, now)
+        self._write(conn, [msg], now)
         return msg
 
     def _system(
@@ -394,6 +461,7 @@ class EmbeddedStore:
             members = self._current_members(conn, {m.conv_id for m in batch})
             results: list[AppendResult] = []
             in_batch: dict[tuple[int, str], StoredMessage] = {}
+            new: list[StoredMessage] = []
             for m in batch:
                 key = (m.sender_uid, m.client_msg_id)
                 prior = in_batch.get(key) or self._find_sent(conn, *key)
@@ -408,11 +476,14 @@ class EmbeddedStore:
                 if m.sender_uid not in uids:
                     results.append(AppendResult(AppendStatus.NOT_MEMBER))
                     continue
-                msg = self._insert(
+                msg = self._new(
                     conn, m.conv_id, m.sender_uid, m.msg_type, m.content, m.client_msg_id, now
                 )
+                new.append(msg)
                 in_batch[key] = msg
                 results.append(AppendResult(AppendStatus.STORED, msg, uids))
+            if new:
+                self._write(conn, new, now)
             return results
 
         return await self._wtx(body)
