@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gateway.node import Node
     from protocol.frames import ClientFrame, Frame, ServerFrame
 
+_PING: Final = encode(Ping())
 _PONG: Final = encode(Pong())
 CLOSE_GRACE_S: Final = 5.0  # a closing socket that has not flushed by then is aborted
 
@@ -112,6 +113,9 @@ class Connection(asyncio.Protocol):
         if self.state >= State.CLOSING or self.decoder is None:
             return
         self.last_rx = self.node.loop.time()
+        if data == _PING and self.state == State.ACTIVE and not self.decoder.buffered:
+            self.write(_PONG)  # a heartbeat alone in its read, the common case: no decoding
+            return
         try:
             frames = self.decoder.feed(data)
         except FrameError as e:

@@ -550,6 +550,26 @@ def test_ping_pong(login: Callable[..., Conn]) -> None:
     assert c.read_frame() == [PONG]
 
 
+def test_ping_bytes_that_complete_a_partial_frame_are_not_a_heartbeat(
+    login: Callable[..., Conn],
+) -> None:
+    """A read that is exactly a PING frame's bytes is answered PONG without decoding,
+    but only when no partial frame is waiting: here the same 6 bytes end a SEND's
+    content, so they complete that SEND and no PONG comes."""
+    c = login()
+    conv = open_p2p(c, new_uid())
+    ping = encode([PING])
+    rid = c.rid()
+    data = encode([SEND, rid, conv, new_cmid(), MT_TEXT, b"x" * 10 + ping])
+    assert data[-len(ping) :] == ping
+    c.send_raw(data[: -len(ping)])
+    time.sleep(0.05)  # the rest arrives as its own read
+    c.send_raw(ping)
+    assert c.reply(rid)[0] == SEND_ACK
+    assert [PONG] not in c.stash  # frames that came before the ACK
+    assert [PONG] not in c.drain()  # (drain: PING, everything up to its PONG)
+
+
 def test_extra_array_elements_ignored(login: Callable[..., Conn]) -> None:
     c = login()
     c.send([PING, "future", 1])
