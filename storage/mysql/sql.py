@@ -89,6 +89,16 @@ def find_sent(keys: Sequence[tuple[int, str]]) -> str:
     )
 
 
+def message_row(m: StoredMessage) -> str:
+    """`row()` of a message's columns (MSG_COLS), written out: the send path builds one
+    per message. `:d` refuses anything but an int, `.hex()` anything but bytes."""
+    cmid = f"X'{m.client_msg_id.encode().hex()}'" if m.client_msg_id else "NULL"
+    return (
+        f"({m.conv_id:d},{m.seq:d},{m.msg_id:d},{m.sender_uid:d},{m.msg_type:d},"
+        f"X'{m.content.hex()}',{m.server_ms:d},{cmid})"
+    )
+
+
 def insert_messages(
     table: str, msgs: Sequence[StoredMessage], budget: int = MAX_QUERY_BYTES
 ) -> list[str]:
@@ -99,10 +109,7 @@ def insert_messages(
     rows: list[str] = []
     size = 0
     for m in msgs:
-        r = row((
-            m.conv_id, m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content, m.server_ms,
-            m.client_msg_id.encode() if m.client_msg_id else None,
-        ))  # fmt: skip
+        r = message_row(m)
         if rows and size + len(r) > budget:
             out.append(head + ",".join(rows))
             rows, size = [], 0
@@ -132,7 +139,8 @@ def queries(statements: Sequence[str], budget: int = MAX_QUERY_BYTES) -> list[st
 
 def insert_sent(msgs: Sequence[StoredMessage], now: int) -> str:
     values = ",".join(
-        row((m.sender_uid, m.client_msg_id.encode(), m.conv_id, m.seq, now)) for m in msgs
+        f"({m.sender_uid:d},X'{m.client_msg_id.encode().hex()}',{m.conv_id:d},{m.seq:d},{now:d})"
+        for m in msgs
     )
     return (
         "INSERT INTO im_send_dedup (sender_uid, client_msg_id, conv_id, seq, created_ms) "
