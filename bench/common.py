@@ -60,6 +60,9 @@ def run_generator(idx: int, main: Coroutine[Any, Any, None], out: Any) -> None:
     raise_nofile()
     import uvloop
 
+    from gateway.gctune import quiet_gc
+
+    quiet_gc()  # a collection in a generator is latency it would wrongly blame on the gateway
     try:
         uvloop.run(main)
     except BaseException as e:

@@ -29,6 +29,7 @@ import uvloop
 from gateway.admin import AdminServer
 from gateway.config import Config
 from gateway.connection import Connection
+from gateway.gctune import quiet_gc
 from gateway.limits import connection_cap, raise_nofile
 from gateway.logs import configure
 from gateway.node import PACE_STEP_S, Node, due_by
@@ -294,6 +295,7 @@ def run(config: Config, *, reuse_port: bool = False) -> int:
                 await server.backends.store.close()
             await server._end_lease()
             return 1
+        quiet_gc()
         stopped = loop.create_task(server.wait_stopped())  # `imgw drain` over admin HTTP
         signalled = loop.create_task(stop.wait())
         await asyncio.wait([signalled, stopped], return_when=asyncio.FIRST_COMPLETED)
