@@ -56,6 +56,10 @@ class Config:
     batch_wait_ms: float = 10.0  # ... or after this long, at rates that can fill it
     batch_inflight: int = 2  # group commits running at once (disjoint conversations)
     max_pending_sends: int = 20_000  # queued beyond this, SEND is refused as unavailable
+    # Queued SENDs at which the gateway stops reading from the connections that send
+    # (TCP pushes back on them) until the queue is down to half: under overload it commits
+    # at full speed instead of spending its CPU on reading and refusing.
+    send_backpressure: int = 2048
     # Operations.
     workers: int = 1  # worker processes sharing the port (SO_REUSEPORT) under a supervisor
     drain_rate: float = 2000.0  # KICK draining per second on drain/SIGTERM; 0 = all at once
@@ -93,6 +97,8 @@ class Config:
             raise ConfigError(
                 "need max_inflight_requests >= 2, batch_max >= 1, batch_inflight >= 1"
             )
+        if self.send_backpressure < 2:
+            raise ConfigError("send_backpressure must be >= 2 (queued SENDs)")
         if self.batch_min < 1 or self.batch_delay_ms < 0 or self.batch_wait_ms < 0:
             raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
         if not (math.isfinite(self.drain_rate) and math.isfinite(self.sync_hint_spread_s)):

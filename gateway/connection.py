@@ -177,6 +177,25 @@ class Connection(asyncio.Protocol):
             assert self.transport is not None
             self.transport.pause_reading()
 
+    def hold_reading(self) -> bool:
+        """Stop reading (send backpressure); False if not reading anyway."""
+        transport = self.transport
+        if self.paused or transport is None or self.state >= State.CLOSING:
+            return False
+        self.paused = True
+        transport.pause_reading()
+        return True
+
+    def release_reading(self) -> None:
+        """Read again after hold_reading, unless the request queue still needs the pause."""
+        transport = self.transport
+        if not self.paused or transport is None or self.state >= State.CLOSING:
+            return
+        if self.inbox and len(self.inbox) >= self.node.config.max_inflight_requests // 2:
+            return  # _drain resumes it when the queue is down
+        self.paused = False
+        transport.resume_reading()
+
     async def _drain(self) -> None:
         """Handle queued requests one at a time, in arrival order."""
         low_water = self.node.config.max_inflight_requests // 2
@@ -188,7 +207,8 @@ class Connection(asyncio.Protocol):
                     self.paused
                     and len(inbox) < low_water
                     and self.state < State.CLOSING
-                    and (self.node.accepting)
+                    and self.node.accepting
+                    and self not in self.node.held
                 ):
                     self.paused = False
                     assert self.transport is not None

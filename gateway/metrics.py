@@ -52,6 +52,11 @@ class Metrics:
             "imgw_storage_errors", "Storage operations that failed", ["op"], registry=r
         )
         self.route_renewals = Counter("imgw_route_renewals", "Routes renewed", registry=r)
+        self.send_holds = Counter(
+            "imgw_send_holds",
+            "Connections no longer read while the queued SENDs were over send_backpressure",
+            registry=r,
+        )
         self.fanout_failures = Counter(
             "imgw_fanout_failures",
             "Fan-out route lookups that failed (bus losses: imgw_bus_*)",

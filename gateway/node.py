@@ -71,8 +71,9 @@ class Node:
             max_inflight=config.batch_inflight,
             min_batch=config.batch_min,
             max_wait_s=config.batch_wait_ms / 1000,
-            on_batch=self.metrics.observe_batch,
+            on_batch=self._after_batch,
         )
+        self.held: set[Connection] = set()  # not read: send backpressure
         self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection
         self.by_device: dict[tuple[int, str], Connection] = {}
         self.open_count = 0
@@ -126,6 +127,25 @@ class Node:
         self.metrics.connections.inc()
         return True
 
+    # -- send backpressure -----------------------------------------------------------------
+
+    def hold_sends(self, conn: Connection) -> None:
+        """`conn` queued a SEND while the batcher holds send_backpressure or more: stop
+        reading from it until the queue is down to half (its kernel buffers fill and TCP
+        slows the client), so an overloaded node commits at full speed rather than spend
+        its CPU reading and refusing what it cannot commit."""
+        if conn.hold_reading():
+            self.held.add(conn)
+            self.metrics.send_holds.inc()
+
+    def _after_batch(self, size: int, seconds: float) -> None:
+        self.metrics.observe_batch(size, seconds)
+        if self.held and self.batcher.pending <= self.config.send_backpressure // 2:
+            held, self.held = self.held, set()
+            if self.accepting:  # a draining node keeps its connections paused
+                for conn in held:
+                    conn.release_reading()
+
     def closing(self, conn: Connection, *, was_active: bool) -> None:
         """`conn` started closing: stop routing to it now."""
         if was_active:
@@ -139,6 +159,7 @@ class Node:
             return  # never admitted
         self.open_count -= 1
         self.metrics.connections.dec()
+        self.held.discard(conn)
         if self.config.max_connections_per_ip:
             n = self._per_ip.get(conn.peer_ip, 1) - 1
             if n:

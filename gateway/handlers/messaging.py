@@ -87,6 +87,8 @@ def _submit(node: Node, conn: Connection, f: Send) -> None:
     msg = NewMessage(f.conv_id, conn.uid, f.client_msg_id, f.msg_type, f.content)
     fut = node.batcher.submit(msg)
     fut.add_done_callback(functools.partial(_committed, node, conn, f, node.loop.time()))
+    if node.batcher.pending >= node.config.send_backpressure:
+        node.hold_sends(conn)
 
 
 def send_now(node: Node, conn: Connection, f: Send) -> bool:

@@ -10,6 +10,7 @@ import msgpack
 import pytest
 
 from gateway.server import Server
+from protocol.codec import encode
 from protocol.frames import (
     ConvOk,
     Error,
@@ -263,6 +264,38 @@ async def test_overload_is_refused_not_queued(start_gateway: StartGateway) -> No
     pulled = await alice.request(Pull(0, conv, 0, 0))
     assert isinstance(pulled, PullResult)
     assert {m.client_msg_id for m in pulled.msgs} == {f"o{i}" for i in acked}
+
+
+async def test_overload_stops_reading_from_senders_and_resumes(
+    start_gateway: StartGateway,
+) -> None:
+    """Past send_backpressure queued SENDs the gateway stops reading from a connection
+    that sends; once the queue is down to half it reads again. Nothing is refused or
+    lost on the way, and order is kept."""
+    gw = await start_gateway(
+        send_backpressure=8, batch_delay_ms=20, batch_wait_ms=20, rate_burst=1000
+    )
+    node = gw.node
+    assert node is not None
+    alice = await Wire.login(gw.port, 1)
+    conv = await p2p(alice, 2)
+    n = 240
+    for chunk in range(0, n, 40):
+        await alice.write(
+            b"".join(
+                encode(Send(2000 + i, conv, f"b{i}", 1, b"x")) for i in range(chunk, chunk + 40)
+            )
+        )
+        await asyncio.sleep(0.005)
+    replies = [await alice.wait_for(SendAck | Error, rid=2000 + i) for i in range(n)]  # type: ignore[arg-type]
+    assert all(isinstance(r, SendAck) for r in replies), [
+        r for r in replies if isinstance(r, Error)
+    ]
+    seqs = [r.seq for r in replies if isinstance(r, SendAck)]
+    assert seqs == sorted(seqs) and len(set(seqs)) == n
+    assert node.metrics.send_holds._value.get() >= 1  # it did stop reading
+    assert not node.held  # and every held connection reads again
+    assert isinstance(await alice.request(Pull(0, conv, seqs[-1] - 1, 5)), PullResult)
 
 
 async def test_resend_of_a_recalled_message_still_gets_its_ack(gw: Server) -> None:
