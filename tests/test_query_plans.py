@@ -529,7 +529,8 @@ def sqlite_plan(conn: sqlite3.Connection, stmt: str) -> list[tuple[str, str, str
     for row in conn.execute(f"EXPLAIN QUERY PLAN {stmt}", [None] * marks).fetchall():
         detail: str = row[3]
         m = re.match(r"(SCAN|SEARCH) (\S+)", detail)
-        if m is None or m.group(2) == "CONSTANT":
+        if m is None or m.group(2) == "CONSTANT" or re.match(r"SCAN \d+ CONSTANT ROWS", detail):
+            # a VALUES list: "SCAN CONSTANT ROW", or "SCAN 5 CONSTANT ROWS" since 3.40
             out.append(("", "", detail))
         elif m.group(1) == "SCAN" or "AUTOMATIC" in detail:
             # an automatic index is built by reading the whole table, every time
