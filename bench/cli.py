@@ -79,7 +79,10 @@ def _rates(p: argparse.ArgumentParser, rate: float) -> None:
     p.add_argument("--rates", help="comma-separated rates, one step each (2000,4000,6000)")
     p.add_argument("--duration", type=float, default=20.0, help="measured s per step (20)")
     p.add_argument("--warmup", type=float, default=3.0, help="unmeasured s before each (3)")
-    p.add_argument("--procs", type=int, default=2, help="generator processes (2)")
+    p.add_argument(
+        "--procs", type=int,
+        help="generator processes (one per 15,000 frames/s sent and received, at least 1)",
+    )  # fmt: skip
     p.add_argument("--content-size", type=int, default=64, help="message bytes (64)")
 
 
@@ -284,7 +287,9 @@ def _send_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
     group = args.scenario == "group"
     size = args.group_size if group else 2
-    argv = ["--group-size", str(size), "--procs", str(args.procs)]
+    top = max(float(r) for r in (args.rates or str(args.rate)).split(","))
+    procs = args.procs or send_bench.default_procs(top, size)
+    argv = ["--group-size", str(size), "--procs", str(procs)]
     argv += ["--duration", str(args.duration), "--warmup", str(args.warmup)]
     argv += ["--content-size", str(args.content_size), "--timeout", str(args.timeout)]
     argv += ["--rates", args.rates] if args.rates else ["--rate", str(args.rate)]
@@ -292,8 +297,7 @@ def _send_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     if units:
         argv += ["--pairs", str(units)]
     elif group:
-        top = max(float(r) for r in (args.rates or str(args.rate)).split(","))
-        argv += ["--pairs", str(max(args.procs, int(top / (10 * size)) + 1))]
+        argv += ["--pairs", str(max(procs, int(top / (10 * size)) + 1))]
     if args.spawn_gateway:
         argv.append("--spawn-gateway")
         argv += ["--store", args.store] if args.store else ["--embedded"]
