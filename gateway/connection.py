@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Final, cast
 
 from gateway.handlers import dispatch, dispatch_now
 from protocol.codec import encode
-from protocol.decoder import FrameDecoder, Side
+from protocol.decoder import FrameDecoder
 from protocol.errors import FrameError
 from protocol.frames import Error, Invalid, Kick, Login, Ping, Pong
 from protocol.ops import ErrorCode, KickReason
@@ -103,26 +103,42 @@ class Connection(asyncio.Protocol):
             transport.abort()
             self.state = State.CLOSED
             return
-        self.decoder = FrameDecoder(max_frame=node.config.max_frame, side=Side.SERVER)
         now = node.loop.time()
         self.last_rx = now
         self.deadline = now + node.config.login_timeout
         node.wheel.schedule(self, self.deadline)
 
     def data_received(self, data: bytes) -> None:
-        if self.state >= State.CLOSING or self.decoder is None:
+        if self.state >= State.CLOSING:
             return
-        self.last_rx = self.node.loop.time()
-        if data == _PING and self.state == State.ACTIVE and not self.decoder.buffered:
+        node = self.node
+        self.last_rx = node.loop.time()
+        decoder = self.decoder  # only while a partial frame waits: see below
+        if data == _PING and decoder is None and self.state == State.ACTIVE:
             self.write(_PONG)  # a heartbeat alone in its read, the common case: no decoding
             return
+        if decoder is None:
+            # Whole frames are decoded by the node's shared decoder, which then holds
+            # nothing: an idle connection owns no decoder (72 bytes each). A read that
+            # ends inside a frame leaves that decoder with the partial frame: this
+            # connection keeps it, and the node takes a fresh one.
+            decoder = node.decoder
+            if decoder.buffered or decoder.failed:  # never: it is handed over below
+                decoder = node.decoder = node.new_decoder()
         try:
-            frames = self.decoder.feed(data)
+            frames = decoder.feed(data)
         except FrameError as e:
+            if decoder is node.decoder:
+                node.decoder = node.new_decoder()  # a failed decoder stays failed
             for frame in e.frames:
                 self._accept(frame)
             self.fail(e.code, str(e))
             return
+        if decoder.buffered:
+            if decoder is node.decoder:
+                self.decoder, node.decoder = decoder, node.new_decoder()
+        elif decoder is self.decoder:
+            self.decoder = None  # the frame completed: back to owning none
         for frame in frames:
             if self.state >= State.CLOSING:
                 return

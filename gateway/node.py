@@ -24,6 +24,7 @@ from gateway.metrics import Metrics
 from gateway.ratelimit import SendRateLimiter
 from gateway.wheel import TimingWheel
 from protocol.codec import encode
+from protocol.decoder import FrameDecoder, Side
 from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
 from storage.models import Route, StoredMessage, StoreUnavailable
@@ -74,6 +75,8 @@ class Node:
             on_batch=self._after_batch,
         )
         self.held: set[Connection] = set()  # not read: send backpressure
+        # Decodes the whole frames of every connection (see Connection.data_received).
+        self.decoder = self.new_decoder()
         self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection
         self.by_device: dict[tuple[int, str], Connection] = {}
         self.open_count = 0
@@ -98,6 +101,9 @@ class Node:
 
     def protocol_factory(self) -> Connection:
         return Connection(self)
+
+    def new_decoder(self) -> FrameDecoder:
+        return FrameDecoder(max_frame=self.config.max_frame, side=Side.SERVER)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run `coro` in the background, keeping a reference until it is done."""

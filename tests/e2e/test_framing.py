@@ -124,3 +124,31 @@ async def test_slow_consumer_is_kicked(start_gateway: StartGateway) -> None:
     assert gw.node.metrics.kicks.labels(reason="slow_consumer")._value.get() == 1  # type: ignore[union-attr]
     await sender.send(Ping())
     await sender.wait_for(Pong)
+
+
+async def test_interleaved_partial_frames_of_two_connections_stay_apart(gw: Server) -> None:
+    """Whole frames of every connection go through the node's one shared decoder; a
+    connection owns a decoder only while a partial frame of its own waits. Two clients
+    whose frames arrive in interleaved pieces each get their own answer, and once the
+    frames are complete neither holds a decoder."""
+    node = gw.node
+    assert node is not None
+    a = await Wire.login(gw.port, 1)
+    b = await Wire.login(gw.port, 2)
+    conn_a, conn_b = node.by_device[(1, "d1")], node.by_device[(2, "d1")]
+    assert conn_a.decoder is None and conn_b.decoder is None  # idle: none owned
+    frame_a, frame_b = raw([50, 7, 3]), raw([50, 8, 4])  # OPEN_P2P with peers 3 and 4
+    await a.write(frame_a[:5])
+    await b.write(frame_b[:3])
+    for _ in range(100):  # until both pieces have been read
+        if conn_a.decoder is not None and conn_b.decoder is not None:
+            break
+        await asyncio.sleep(0.01)
+    assert conn_a.decoder is not None and conn_b.decoder is not None
+    assert len({id(conn_a.decoder), id(conn_b.decoder), id(node.decoder)}) == 3
+    await b.write(frame_b[3:])
+    await a.write(frame_a[5:])
+    ok_a, ok_b = await a.recv(), await b.recv()
+    assert isinstance(ok_a, ConvOk) and ok_a.rid == 7
+    assert isinstance(ok_b, ConvOk) and ok_b.rid == 8 and ok_b.conv_id != ok_a.conv_id
+    assert conn_a.decoder is None and conn_b.decoder is None  # complete: none owned
