@@ -271,25 +271,13 @@ class EmbeddedStore:
             [(conv_id, seq, now) for conv_id, seq in top.items()],
         )
 
-    def _insert(
-        self,
-        conn: sqlite3.Connection,
-        conv_id: int,
-        sender: int,
-        msg_type: int,
-        content: bytes,
-        client_msg_id: str,
-        now: int,
-    ) -> StoredMessage:
-        msg = self._new(conn, conv_id, sender, msg_type, content, client_msg_id, now)
-        self._write(conn, [msg], now)
-        return msg
-
     def _system(
         self, conn: sqlite3.Connection, conv_id: int, event: dict[str, Any], now: int
     ) -> StoredMessage:
         content = msgpack.packb(event, use_bin_type=True)
-        return self._insert(conn, conv_id, 0, MsgType.SYSTEM, content, "", now)
+        msg = self._new(conn, conv_id, 0, MsgType.SYSTEM, content, "", now)
+        self._write(conn, [msg], now)
+        return msg
 
     # -- conversations and members --------------------------------------------------------
 
@@ -578,7 +566,8 @@ class EmbeddedStore:
             if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
                 return RecallResult(RecallStatus.DENIED)
             content = msgpack.packb([seq])
-            msg = self._insert(conn, conv_id, by, MsgType.RECALL, content, "", now)
+            msg = self._new(conn, conv_id, by, MsgType.RECALL, content, "", now)
+            self._write(conn, [msg], now)
             conn.execute(
                 "UPDATE im_message SET msg_type=?, content=x'', recall_seq=? "
                 "WHERE conv_id=? AND seq=?",
