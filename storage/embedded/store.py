@@ -185,7 +185,6 @@ class EmbeddedStore:
         try:
             result = body(conn)
             conn.execute("COMMIT")
-            self._ask_checkpoint()
         except BaseException:
             # seqs handed out in a rolled-back transaction are given back
             for conv_id, before in self._seq_undo.items():
@@ -196,6 +195,7 @@ class EmbeddedStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        self._ask_checkpoint()  # after the commit: nothing here may fail the transaction
         return result
 
     def _ask_checkpoint(self) -> None:
@@ -208,7 +208,10 @@ class EmbeddedStore:
             return
         self._ckpt_due = now + CHECKPOINT_EVERY_S
         self._ckpt_running = True
-        self._checkpointer.submit(self._checkpoint)
+        try:
+            self._checkpointer.submit(self._checkpoint)
+        except RuntimeError:  # closing: the checkpointer is shut down
+            self._ckpt_running = False
 
     def _checkpoint(self) -> None:
         try:
