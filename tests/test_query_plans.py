@@ -11,7 +11,7 @@ changes, member and seq lookups, and housekeeping. (LOGIN itself only touches th
 store, which runs no SQL.)
 
 Every statement the store executed is captured (SQLite: the trace callback of both
-connections, parameters bound; MariaDB: the text aiomysql sent, parameters interpolated
+connections, parameters bound; MariaDB: the text asyncmy sent, parameters interpolated
 client-side, multi-statement queries split) and planned again on the same data:
 `EXPLAIN QUERY PLAN` on SQLite, `EXPLAIN` on MariaDB. A table that grows with users or
 traffic (every table of the schema but im_meta) read by a full scan fails the test with
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import aiomysql
+import asyncmy.connection
 import pytest
 
 from gateway.config import Config
@@ -674,16 +675,17 @@ async def mysql_store() -> AsyncIterator[tuple[MySQLStore, Data]]:
 
 
 def capture_mysql(monkeypatch: pytest.MonkeyPatch, captured: Captured) -> None:
-    """Record the text of every query aiomysql sends (parameters already interpolated:
-    the driver does that client-side, so this is exactly what the server planned)."""
-    send = aiomysql.Connection.query
+    """Record the text of every query the store's driver (asyncmy) sends (parameters
+    already interpolated: the driver does that client-side, so this is exactly what the
+    server planned)."""
+    send = asyncmy.connection.Connection.query
 
-    async def query(self: aiomysql.Connection, sql: str | bytes, unbuffered: bool = False) -> Any:
+    async def query(self: Any, sql: str | bytes, unbuffered: bool = False) -> Any:
         text = sql if isinstance(sql, str) else bytes(sql).decode("utf-8", "surrogateescape")
         captured.add(text)
         return await send(self, sql, unbuffered)
 
-    monkeypatch.setattr(aiomysql.Connection, "query", query)
+    monkeypatch.setattr(asyncmy.connection.Connection, "query", query)
 
 
 async def mariadb_plans(

@@ -4,7 +4,7 @@ Every value here is an int, bytes or None, so the literals are exact and cheap: 
 as decimal, bytes as hex (`X'..'`, which needs no escaping and is binary-safe), None
 as NULL. PyMySQL's generic escaping of the same values was 7 % of a worker's CPU at
 5,000 msg/s. Pure functions: the store sends the text, usually several statements in
-one round trip (aiomysql enables multi-statements on every connection).
+one round trip (the driver enables multi-statements on every connection).
 """
 
 from __future__ import annotations

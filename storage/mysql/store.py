@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-import aiomysql
+import asyncmy
 import msgpack
-import pymysql
+from asyncmy import errors as db_errors
 
 from protocol.ops import ConvKind, MsgType, is_client_msg_type
 from storage.membership import plan_change
@@ -53,7 +53,7 @@ from storage.mysql.schema import DEFAULT_SHARDS, SCHEMA_VERSION, UPGRADES, ddl, 
 from storage.snowflake import Snowflake
 
 T = TypeVar("T")
-Cursor = Any  # aiomysql.Cursor (untyped library)
+Cursor = Any  # asyncmy.cursors.Cursor
 
 _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
 _MAX_ATTEMPTS: Final = 4
@@ -161,12 +161,12 @@ async def migrate(settings: MySQLSettings) -> list[str]:
     count. Idempotent. Returns what it did, for the command's output."""
     done: list[str] = []
     try:
-        conn = await aiomysql.connect(
+        conn = await asyncmy.connect(
             host=settings.host, port=settings.port, user=settings.user,
             password=settings.password, connect_timeout=settings.timeout_s, autocommit=True,
             charset="utf8mb4",
         )  # fmt: skip
-    except (pymysql.err.OperationalError, OSError) as e:
+    except (db_errors.OperationalError, OSError) as e:
         raise StoreUnavailable(f"cannot connect to MySQL at {settings.host}: {e}") from e
     try:
         async with conn.cursor() as cur:
@@ -219,7 +219,7 @@ class MySQLStore:
         self.settings = settings
         self._clock = clock
         self._ids = ids or Snowflake(0)
-        self._pool: aiomysql.Pool | None = None
+        self._pool: Any = None  # asyncmy.pool.Pool
         self._shards = settings.shards
         self._durability: dict[str, str] = {}
         self._syncs: list[_SyncAsk] = []  # asked in this loop iteration
@@ -231,14 +231,15 @@ class MySQLStore:
         s = self.settings
         try:
             self._pool = await asyncio.wait_for(
-                aiomysql.create_pool(
-                    host=s.host, port=s.port, user=s.user, password=s.password, db=s.database,
+                asyncmy.create_pool(
+                    host=s.host, port=s.port, user=s.user, password=s.password,
+                    database=s.database,
                     minsize=1, maxsize=s.pool, autocommit=True, charset="utf8mb4",
                     connect_timeout=s.timeout_s, pool_recycle=3600,
                 ),
                 timeout=s.timeout_s * 2,
             )  # fmt: skip
-        except (pymysql.err.Error, OSError, TimeoutError) as e:
+        except (db_errors.Error, OSError, TimeoutError) as e:
             hint = (
                 "create it with `imgw db migrate --store mysql://...`"
                 if "1049" in str(e)
@@ -271,7 +272,7 @@ class MySQLStore:
 
         try:
             await self._run(inspect, tx=False)
-        except pymysql.err.ProgrammingError as e:
+        except db_errors.ProgrammingError as e:
             raise StoreUnavailable(
                 f"database {s.database} has no imgw schema ({e}): run `imgw db migrate`"
             ) from e
@@ -316,7 +317,7 @@ class MySQLStore:
             raise StoreUnavailable("MySQL store not started")
         try:
             conn = await asyncio.wait_for(pool.acquire(), self.settings.timeout_s)
-        except (pymysql.err.Error, OSError, TimeoutError) as e:
+        except (db_errors.Error, OSError, TimeoutError) as e:
             raise StoreUnavailable(f"MySQL unavailable: {e!r}") from e
         healthy = False
         try:
@@ -352,19 +353,19 @@ class MySQLStore:
                             await conn.commit()
                             return result
                     except BaseException:
-                        if tx and not conn.closed:
+                        if tx and conn.connected:
                             try:
                                 async with asyncio.timeout(1.0):
                                     await conn.rollback()
                             except Exception:
                                 conn.close()
                         raise
-            except pymysql.err.MySQLError as e:
+            except db_errors.MySQLError as e:
                 errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
                 if errno in _RETRY_ERRNOS and attempt + 1 < _MAX_ATTEMPTS:
                     await asyncio.sleep(0.002 * (attempt + 1))
                     continue
-                if isinstance(e, pymysql.err.OperationalError | pymysql.err.InterfaceError):
+                if isinstance(e, db_errors.OperationalError | db_errors.InterfaceError):
                     await self._forget_idle_connections()
                     raise StoreUnavailable(f"MySQL: {e}") from e
                 if errno in _RETRY_ERRNOS:

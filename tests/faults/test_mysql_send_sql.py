@@ -9,8 +9,8 @@ import time
 from collections.abc import Awaitable
 
 import aiomysql
-import pymysql
 import pytest
+from asyncmy import errors as db_errors
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,7 +77,7 @@ async def test_a_batch_that_fails_mid_way_stores_nothing(store: MySQLStore) -> N
     a, b = await store.open_p2p(1, 2), await store.open_p2p(1, 3)
     good = NewMessage(a, 1, "good", 1, b"ok")
     huge = NewMessage(b, 1, "huge", 1, b"x" * 20_000)  # over VARBINARY(16384)
-    with pytest.raises(pymysql.err.DataError):
+    with pytest.raises(db_errors.DataError):
         await store.append([good, huge])
     assert await store.find_sent(1, "good") is None
     assert await store.max_seq(a) == 0
