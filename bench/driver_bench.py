@@ -5,7 +5,7 @@ message INSERT + idempotency rows, then COMMIT. The client process's CPU time pe
 is what the driver costs the gateway; MariaDB's time is not in it.
 
     python -m bench.driver_bench --batches 2000 --batch-size 20
-    (asyncmy is not a dependency: pip install asyncmy to compare)
+    (asyncmy is the store's driver; aiomysql is still installed for the bench and the tests)
 """
 
 from __future__ import annotations
