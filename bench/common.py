@@ -17,10 +17,13 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hdrh.histogram import HdrHistogram
+
+if TYPE_CHECKING:
+    from bench.preload import Volume
 
 HIST_MIN_US: Final = 1
 HIST_MAX_US: Final = 60_000_000
@@ -385,7 +388,7 @@ class GatewaySpec:
     extra: list[str] = field(default_factory=list)
     keep_data: bool = False
     log_path: Path | None = None
-    preload: Any = None  # a bench.preload.Volume: rows stored before the gateway starts
+    preload: Volume | None = None  # rows stored before the gateway starts
 
 
 class Gateway:

@@ -122,9 +122,7 @@ class Connection(asyncio.Protocol):
             # nothing: an idle connection owns no decoder (72 bytes each). A read that
             # ends inside a frame leaves that decoder with the partial frame: this
             # connection keeps it, and the node takes a fresh one.
-            decoder = node.decoder
-            if decoder.buffered or decoder.failed:  # never: it is handed over below
-                decoder = node.decoder = node.new_decoder()
+            decoder = node.decoder  # always clean: a partial or failed one is replaced below
         try:
             frames = decoder.feed(data)
         except FrameError as e:
