@@ -82,7 +82,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reconnect-hint", help="HOST:PORT sent to clients with KICK draining")
     p.add_argument(
         "--sync-hint-spread", dest="sync_hint_spread_s", type=float,
-        help="seconds to spread SYNC_HINT over after a bus outage (5)",
+        help="seconds to spread SYNC_HINT over after a bus or route-store outage (5)",
+    )  # fmt: skip
+    p.add_argument(
+        "--route-check", dest="route_check_s", type=float,
+        help="seconds between checks that the route store (Redis) still holds this node's "
+        "routes; on loss they are re-registered and sessions told to SYNC (1)",
     )  # fmt: skip
     p.add_argument("--log-format", choices=["console", "json"], help="log format (console)")
     p.add_argument("--log-level", help="debug, info, warning, error (info)")
@@ -104,7 +109,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
         "batch_min", "batch_wait_ms", "batch_inflight", "shutdown_timeout", "log_format",
         "log_level", "workers",
-        "drain_rate", "reconnect_hint", "sync_hint_spread_s",
+        "drain_rate", "reconnect_hint", "sync_hint_spread_s", "route_check_s",
     ]  # fmt: skip
     overrides = {n: getattr(args, n, None) for n in names}
     overrides["token_keys"] = tuple(args.token_key or ())

@@ -38,6 +38,8 @@ class Config:
     idle: int = 75
     login_timeout: float = 10.0
     route_renew_s: float = 30.0
+    # How often a node checks that the route store still holds its routes (gateway.routewatch).
+    route_check_s: float = 1.0
     token_leeway: int = 60
     # Limits.
     max_frame: int = MAX_FRAME_DEFAULT
@@ -64,7 +66,8 @@ class Config:
     workers: int = 1  # worker processes sharing the port (SO_REUSEPORT) under a supervisor
     drain_rate: float = 2000.0  # KICK draining per second on drain/SIGTERM; 0 = all at once
     reconnect_hint: str = ""  # "host:port" sent with KICK draining; empty = any address
-    sync_hint_spread_s: float = 5.0  # SYNC_HINT after a bus outage, spread over this long
+    # SYNC_HINT to every session after a bus or route-store outage, spread over this long
+    sync_hint_spread_s: float = 5.0
     shutdown_timeout: float = 10.0
     admin_port: int = 0  # 0 = no admin HTTP listener
     admin_host: str = "127.0.0.1"  # its address: POST /drain has no authentication
@@ -101,6 +104,8 @@ class Config:
             raise ConfigError("send_backpressure must be >= 2 (queued SENDs)")
         if self.batch_min < 1 or self.batch_delay_ms < 0 or self.batch_wait_ms < 0:
             raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
+        if not (math.isfinite(self.route_check_s) and self.route_check_s > 0):
+            raise ConfigError("route_check_s must be a positive number of seconds")
         if not (math.isfinite(self.drain_rate) and math.isfinite(self.sync_hint_spread_s)):
             raise ConfigError("drain_rate and sync_hint_spread_s must be finite numbers")
         if self.workers < 1 or self.drain_rate < 0 or self.sync_hint_spread_s < 0:

@@ -65,6 +65,7 @@ class FanOut:
             online = await node.routes.online(list(wanted))
         except Exception as e:
             node.metrics.fanout_failures.inc()
+            node.route_watch.fanout_failed()  # hint every session once Redis answers again
             node.log.warning("fan-out route lookup failed", users=len(wanted), error=repr(e))
             return
         me = node.node_id

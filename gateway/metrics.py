@@ -57,6 +57,17 @@ class Metrics:
             "Connections no longer read while the queued SENDs were over send_backpressure",
             registry=r,
         )
+        self.sync_hints = Counter(
+            "imgw_sync_hints",
+            "SYNC_HINT sent to every session after an outage, by cause",
+            ["why"],
+            registry=r,
+        )
+        self.route_losses = Counter(
+            "imgw_route_losses",
+            "Times the route store was found without this node's routes (re-registered)",
+            registry=r,
+        )
         self.fanout_failures = Counter(
             "imgw_fanout_failures",
             "Fan-out route lookups that failed (bus losses: imgw_bus_*)",

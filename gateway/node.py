@@ -22,6 +22,7 @@ from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
 from gateway.ratelimit import SendRateLimiter
+from gateway.routewatch import RouteWatch
 from gateway.wheel import TimingWheel
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
@@ -92,11 +93,21 @@ class Node:
         self._missed_task: asyncio.Task[None] | None = None
         self.accepting = True
         self.drain_hint = config.reconnect_hint  # the reconnect hint of the drain under way
+        self.route_watch = RouteWatch(
+            routes,
+            node_id,
+            every_s=config.route_check_s,
+            sessions=self.live_connections,
+            hint_all=self.hint_all,
+            log=self.log,
+            on_loss=self.metrics.route_losses.inc,
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.bus.start(self.node_id, self._on_bus, self._on_bus_resume)
+        await self.route_watch.start()
         self.wheel.start()
 
     def protocol_factory(self) -> Connection:
@@ -364,20 +375,23 @@ class Node:
     def close(self) -> None:
         """Stop the node's timers and background retries (at the end of a shutdown)."""
         self.wheel.stop()
+        self.route_watch.stop()
         if self._missed_task is not None:
             self._missed_task.cancel()
 
     def _on_bus_resume(self) -> None:
         """The bus link is back after an outage: pushes to our connections may have been
-        lost, so every session gets SYNC_HINT, spread over `sync_hint_spread_s` so that
-        they do not all SYNC at once."""
+        lost, so every session gets SYNC_HINT."""
         self.log.warning("bus link restored; sending SYNC_HINT", sessions=len(self.sessions))
-        self.spawn(
-            self.paced(
-                list(self.sessions.values()),
-                len(self.sessions) / max(self.config.sync_hint_spread_s, PACE_STEP_S),
-                _sync_hint,
-            )
+        self.spawn(self.hint_all("bus outage"))
+
+    async def hint_all(self, why: str) -> None:
+        """SYNC_HINT to every session, spread over `sync_hint_spread_s` so that they do
+        not all SYNC at once."""
+        conns = self.live_connections()
+        self.metrics.sync_hints.labels(why=why).inc(len(conns))
+        await self.paced(
+            conns, len(conns) / max(self.config.sync_hint_spread_s, PACE_STEP_S), _sync_hint
         )
 
     async def paced(

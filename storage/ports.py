@@ -171,6 +171,14 @@ class RouteStore(Protocol):
         """Online routes of each uid (uids with none are omitted), in one round trip."""
         ...
 
+    async def mark(self, node: str) -> bool:
+        """Keep `node`'s liveness marker beside the routes and say whether it was missing:
+        True means the route data may have been lost since the previous call (a flush, a
+        restart without persistence, a failover to an empty replica, or an outage longer
+        than the route TTL), so the node's live routes must be registered again. One
+        round trip, whatever the number of routes; the first call of a node says True."""
+        ...
+
     async def close(self) -> None: ...
 
 

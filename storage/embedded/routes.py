@@ -23,6 +23,7 @@ class MemoryRouteStore:
         self._clock = clock
         # uid -> the entry of its only device, or device -> entry when it has several
         self._by_uid: dict[int, _Entry | dict[str, _Entry]] = {}
+        self._marked: set[str] = set()  # nodes that called mark()
 
     def _entries(self, uid: int) -> Iterator[_Entry]:
         slot = self._by_uid.get(uid)
@@ -108,6 +109,13 @@ class MemoryRouteStore:
             if live:
                 out[uid] = live
         return out
+
+    async def mark(self, node: str) -> bool:
+        """In-process routes are lost only with the process: only the first call says
+        True."""
+        first = node not in self._marked
+        self._marked.add(node)
+        return first
 
     async def close(self) -> None:
         self._by_uid.clear()

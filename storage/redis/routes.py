@@ -7,6 +7,7 @@ in one Redis Cluster slot and each script touches a single slot):
 |---|---|---|---|
 | `<p>route:{<uid>}:<device>` | string | `<node>\|<conn_id>\|<epoch>` | `ttl_s` (90 s) |
 | `<p>online:{<uid>}` | hash | `<device>` → `<node>\|<conn_id>\|<epoch>\|<expires_ms>` | `ttl_s` |
+| `<p>marker:{<node>}` | string | `1` | `ttl_s` |
 
 Both TTLs are pushed back to `ttl_s` by every register and renewal.
 
@@ -34,6 +35,13 @@ never overwritten, and neither is an absent key whose index field still names an
 route with a newer epoch that has not expired: a stale connection never displaces a
 newer login. (After a newer login logged out, a stale connection that has not yet been
 kicked may re-create its own route; it is still connected, so pushes to it are not lost.)
+
+Noticing the loss sooner: every node keeps a marker key beside its routes, set with the
+routes' TTL and checked every second (`mark`: one `SET … GET`, so the cost does not grow
+with the number of connections). A marker found missing means whatever erased it (a
+flush, a restart or failover without the data, an outage longer than the TTL) erased the
+routes too; the node then renews all of its routes at once instead of waiting for each
+connection's next renewal, and tells its sessions to SYNC (see `gateway.routewatch`).
 """
 
 from __future__ import annotations
@@ -176,6 +184,9 @@ class RedisRouteStore:
     def online_key(self, uid: int) -> str:
         return f"{self._prefix}online:{{{uid}}}"
 
+    def marker_key(self, node: str) -> str:
+        return f"{self._prefix}marker:{{{node}}}"
+
     def _keys(self, route: Route) -> list[str]:
         return [self.route_key(route.uid, route.device), self.online_key(route.uid)]
 
@@ -261,6 +272,12 @@ class RedisRouteStore:
             if live:
                 out[uid] = live
         return out
+
+    async def mark(self, node: str) -> bool:
+        """Set the node's marker (TTL: the routes' TTL) and say whether it was missing."""
+        async with unavailable("route marker", self._limit):
+            prev = await self._client.set(self.marker_key(node), b"1", px=self._ttl_ms, get=True)
+        return prev is None
 
     async def close(self) -> None:
         await self._client.aclose()

@@ -19,6 +19,7 @@ from storage.factory import BackendError, open_backends
 from storage.models import StoreUnavailable
 from tests.support.services import require_port
 from tests.support.tcpproxy import TcpProxy
+from tests.support.waiting import wait_until
 
 RABBIT = "amqp://guest:guest@127.0.0.1:5672/"
 OPTS = "?expires_s=15&publish_timeout_s=1"
@@ -26,14 +27,6 @@ OPTS = "?expires_s=15&publish_timeout_s=1"
 
 def node_id() -> str:
     return f"t-{secrets.token_hex(6)}"
-
-
-async def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 Handler = Callable[[bytes], None] | Callable[[bytes], Awaitable[None]]

@@ -97,6 +97,18 @@ async def test_routes_expire_without_renewal_and_renewal_brings_them_back(
     assert routes.statistics()["recreated"] == 1
 
 
+async def test_marker_says_when_the_routes_were_lost(
+    routes: RedisRouteStore, client: aioredis.Redis, prefix: str
+) -> None:
+    assert await routes.mark("n1") is True  # a node's first mark: nothing before it
+    assert await routes.mark("n1") is False
+    assert await routes.mark("n2") is True  # each node has its own
+    assert 0 < await client.pttl(routes.marker_key("n1")) <= TTL_MS
+    await drop_redis(url_with(prefix=prefix))  # FLUSHDB, a restart without persistence
+    assert await routes.mark("n1") is True
+    assert await routes.mark("n1") is False
+
+
 async def test_online_ignores_and_prunes_expired_index_fields(
     routes: RedisRouteStore, client: aioredis.Redis
 ) -> None:
