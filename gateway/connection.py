@@ -45,6 +45,7 @@ class Connection(asyncio.Protocol):
         "deadline",
         "decoder",
         "inbox",
+        "knows_outcome_unknown",
         "last_renew",
         "last_rx",
         "node",
@@ -76,6 +77,7 @@ class Connection(asyncio.Protocol):
         self.inbox: deque[ClientFrame] | None = None
         self.task: asyncio.Task[None] | None = None
         self.paused = False
+        self.knows_outcome_unknown = False  # LOGIN listed CAP_OUTCOME_UNKNOWN
 
     # -- identity -----------------------------------------------------------------------
 

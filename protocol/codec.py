@@ -44,11 +44,10 @@ def frame_bytes(body: bytes) -> bytes:
 
 
 def _login_body(f: Login) -> object:
-    return (
-        f.OP.value,
-        f.rid,
-        {"v": f.v, "uid": f.uid, "device": f.device, "token": f.token},
-    )
+    m: dict[str, object] = {"v": f.v, "uid": f.uid, "device": f.device, "token": f.token}
+    if f.caps:
+        m["caps"] = list(f.caps)
+    return (f.OP.value, f.rid, m)
 
 
 def _login_ok_body(f: LoginOk) -> object:

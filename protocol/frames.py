@@ -59,6 +59,7 @@ class Login:
     uid: int
     device: str
     token: str
+    caps: tuple[str, ...] = ()  # optional in the map: capabilities (protocol.ops CAP_*)
 
 
 @dataclass(slots=True)

@@ -72,6 +72,13 @@ CLIENT_OPS: Final = frozenset(
 )
 SERVER_OPS: Final = frozenset(set(Op) - CLIENT_OPS)
 
+# Capabilities a client lists in LOGIN's optional "caps" (unknown ones are ignored).
+# "outcome_unknown": the client understands ERROR outcome_unknown (32); others get
+# unavailable (30) in its place, whose instruction (send again with the same
+# client_msg_id) is right for both.
+CAP_OUTCOME_UNKNOWN: Final = "outcome_unknown"
+MAX_CAPS: Final = 16  # entries in "caps", each at most 32 bytes
+
 
 class ErrorCode(IntEnum):
     BAD_FRAME = 1
@@ -92,6 +99,7 @@ class ErrorCode(IntEnum):
     NO_SUCH_MESSAGE = 28
     UNAVAILABLE = 30
     INTERNAL = 31
+    OUTCOME_UNKNOWN = 32  # only to clients whose LOGIN lists CAP_OUTCOME_UNKNOWN
 
     @property
     def closes_connection(self) -> bool:

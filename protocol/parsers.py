@@ -61,7 +61,7 @@ from protocol.frames import (
     Typing,
     TypingNotify,
 )
-from protocol.ops import CLIENT_MSG_ID_MAX_BYTES, MAX_U64, Op
+from protocol.ops import CLIENT_MSG_ID_MAX_BYTES, MAX_CAPS, MAX_U64, Op
 
 
 class FieldError(Exception):
@@ -141,6 +141,16 @@ def _str_list(v: Any) -> tuple[str, ...]:
     if type(v) is list and all(type(x) is str for x in v):
         return tuple(v)
     raise FieldError("must be an array of str")
+
+
+def caps(v: Any) -> tuple[str, ...]:
+    if (
+        type(v) is list
+        and len(v) <= MAX_CAPS
+        and all(type(x) is str and 0 < len(x) <= 32 for x in v)
+    ):
+        return tuple(v)
+    raise FieldError(f"must be an array of at most {MAX_CAPS} str of 1..32 chars")
 
 
 def presence_entries(v: Any) -> tuple[tuple[int, tuple[str, ...]], ...]:
@@ -255,13 +265,17 @@ def _array(cls: Callable[..., _F], *checks: Check) -> Callable[[list[Any]], _F]:
 
 
 def _map(
-    cls: Callable[..., _F], keys: tuple[str, ...], *checks: Check
+    cls: Callable[..., _F],
+    keys: tuple[str, ...],
+    *checks: Check,
+    optional: tuple[tuple[str, Check], ...] = (),
 ) -> Callable[[list[Any]], _F]:
-    """Parser of `[op, rid, {key: value}]` (LOGIN, LOGIN_OK); `checks[0]` checks rid."""
+    """Parser of `[op, rid, {key: value}]` (LOGIN, LOGIN_OK); `checks[0]` checks rid.
+    `optional` keys may be absent (the field keeps its default)."""
     spec: Any = cls
     label: str = spec.OP.name
     check_rid, *check_keys = checks
-    assert spec.__match_args__ == ("rid", *keys), cls
+    assert spec.__match_args__ == ("rid", *keys, *(k for k, _ in optional)), cls
 
     def parse(body: list[Any]) -> _F:
         if len(body) < 3:
@@ -271,7 +285,11 @@ def _map(
         if type(m) is not dict:
             raise FieldError(f"{label} body[2] must be a map")
         values = [m.get(k, _MISSING) for k in keys]
-        return cls(rid, *_checked(label, keys, tuple(check_keys), values))
+        frame = cls(rid, *_checked(label, keys, tuple(check_keys), values))
+        for k, check in optional:
+            if (v := m.get(k, _MISSING)) is not _MISSING:
+                setattr(frame, k, _checked(label, (k,), (check,), (v,))[0])
+        return frame
 
     return parse
 
@@ -362,7 +380,14 @@ def _read(body: list[Any]) -> Read:
 
 CLIENT_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ClientFrame]]] = {
     Op.LOGIN: _map(
-        Login, ("v", "uid", "device", "token"), nonzero_u64, any_int, nonzero_u64, string, string
+        Login,
+        ("v", "uid", "device", "token"),
+        nonzero_u64,
+        any_int,
+        nonzero_u64,
+        string,
+        string,
+        optional=(("caps", caps),),
     ),
     Op.PING: _array(Ping),
     Op.SEND: _send,

@@ -170,3 +170,9 @@ class GroupFull(Exception):
 
 class StoreUnavailable(Exception):
     """The authoritative store could not complete the operation; nothing was committed."""
+
+
+class StoreOutcomeUnknown(StoreUnavailable):
+    """A commit was sent and the store could not tell whether it landed: it may be
+    committed. Callers must not report "not stored"; a retry with the same idempotency
+    key learns the outcome."""

@@ -65,7 +65,7 @@ from protocol.frames import (
     Typing,
     TypingNotify,
 )
-from protocol.ops import PROTOCOL_VERSION, ErrorCode, KickReason, MsgType
+from protocol.ops import CAP_OUTCOME_UNKNOWN, PROTOCOL_VERSION, ErrorCode, KickReason, MsgType
 
 TokenSource: TypeAlias = str | Callable[[], str | Awaitable[str]]
 """A token, or a callable (sync or async) that mints a fresh one for each login."""
@@ -74,6 +74,9 @@ _MAX_RID: Final = (1 << 32) - 1
 _PING: Final = encode(Ping())
 _LOGOUT: Final = encode(Logout())
 _RECONNECTING_KICKS: Final = frozenset({KickReason.DRAINING, KickReason.SHUTDOWN})
+_CAPS: Final = (CAP_OUTCOME_UNKNOWN,)
+# SEND outcomes answered by sending again with the same client_msg_id (0: no reply)
+_SEND_AGAIN: Final = frozenset({0, ErrorCode.UNAVAILABLE, ErrorCode.OUTCOME_UNKNOWN})
 _R = TypeVar("_R")
 
 
@@ -299,8 +302,9 @@ class Client:
         client_msg_id: str | None = None,
     ) -> SendAck:
         """SEND; the SEND_ACK (the message is durable). After a lost connection, a
-        timeout or ERROR unavailable it sends again with the same client_msg_id (waiting
-        for the reconnect), which the server answers with the original ack."""
+        timeout, ERROR unavailable or ERROR outcome_unknown it sends again with the same
+        client_msg_id (waiting for the reconnect), which the server answers with the
+        original ack if the message was stored."""
         cmid = client_msg_id or uuid.uuid4().hex
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._send_retry_s
@@ -315,13 +319,13 @@ class Client:
                 except SessionEnded:
                     raise
                 except ClientError as e:
-                    if e.code not in (0, ErrorCode.UNAVAILABLE):
+                    if e.code not in _SEND_AGAIN:
                         raise
                     attempt += 1
                     if attempt >= self._send_attempts or loop.time() >= deadline:
                         raise
                     self.stats.send_retries += 1
-                    if e.code == ErrorCode.UNAVAILABLE:
+                    if e.code != 0:
                         await asyncio.sleep(self._backoff(attempt))
         finally:
             self._inbox.sending.discard(cmid)
@@ -490,7 +494,8 @@ class Client:
             minted = source()
             token = await minted if inspect.isawaitable(minted) else minted
         async with asyncio.timeout(self._request_timeout):
-            return await open_link(addr, Login(1, PROTOCOL_VERSION, self.uid, self.device, token))
+            login = Login(1, PROTOCOL_VERSION, self.uid, self.device, token, _CAPS)
+            return await open_link(addr, login)
 
     def _install(self, link: Link) -> None:
         loop = asyncio.get_running_loop()

@@ -31,6 +31,7 @@ from storage.models import (
     NewMessage,
     RecallStatus,
     StoredMessage,
+    StoreOutcomeUnknown,
     StoreUnavailable,
 )
 
@@ -66,6 +67,12 @@ async def _answer_resend(node: Node, conn: Connection, f: Send) -> bool:
     else:
         conn.error(f.rid, ErrorCode.IDEMPOTENCY_CONFLICT, _CONFLICT)
     return True
+
+
+_OUTCOME_UNKNOWN: Final = (
+    "the store did not confirm whether it stored this message; send it again with the same "
+    "client_msg_id to learn"
+)
 
 
 def _check_send(node: Node, f: Send) -> None:
@@ -123,6 +130,14 @@ def _committed(
         return
     exc = fut.exception()
     if exc is not None:
+        if isinstance(exc, StoreOutcomeUnknown):
+            # Maybe stored: never say "not stored". Clients that do not know the code
+            # get unavailable, whose instruction (same id again) is right here too.
+            node.metrics.sends.labels(result="outcome_unknown").inc()
+            known = conn.knows_outcome_unknown
+            code = ErrorCode.OUTCOME_UNKNOWN if known else ErrorCode.UNAVAILABLE
+            conn.error(f.rid, code, _OUTCOME_UNKNOWN)
+            return
         node.metrics.sends.labels(result="unavailable").inc()
         if not isinstance(exc, StoreUnavailable):
             node.log.error("send commit failed", error=repr(exc))

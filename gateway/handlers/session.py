@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from protocol.frames import Login, LoginOk, Logout, Ping, Pong
-from protocol.ops import PROTOCOL_VERSION, ErrorCode
+from protocol.ops import CAP_OUTCOME_UNKNOWN, PROTOCOL_VERSION, ErrorCode
 from protocol.token import DEVICE_RE, TokenError, verify_token
 from storage.models import StoreUnavailable
 
@@ -54,6 +54,7 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
     if not opened:
         return  # the connection closed while the route was being written
     node.metrics.logins.labels(result="ok").inc()
+    conn.knows_outcome_unknown = CAP_OUTCOME_UNKNOWN in f.caps
     conn.send(
         LoginOk(
             f.rid,

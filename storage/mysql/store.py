@@ -44,6 +44,7 @@ from storage.models import (
     RecallStatus,
     SentRecord,
     StoredMessage,
+    StoreOutcomeUnknown,
     StoreUnavailable,
     SyncPage,
     SyncRow,
@@ -57,8 +58,18 @@ Cursor = Any  # asyncmy.cursors.Cursor
 
 _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
 _MAX_ATTEMPTS: Final = 4
+_UNKNOWN_THREAD: Final = 1094  # KILL of a connection id the server no longer has
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 _MSG_COLS: Final = sql.MSG_COLS
+
+
+@dataclass(slots=True)
+class _CommitWatch:
+    """Where the last attempt's COMMIT stands. `unanswered`: it was sent and no answer
+    came back (a timeout, a dropped connection), so it may still land."""
+
+    thread_id: int = 0  # the server thread (connection id) it was sent on
+    unanswered: bool = False
 
 
 def _now_ms() -> int:
@@ -329,28 +340,33 @@ class MySQLStore:
             pool.release(conn)
 
     async def _run(
-        self, body: Callable[[Cursor], Awaitable[T]], *, tx: bool = True, own_tx: bool = False
+        self,
+        body: Callable[[Cursor], Awaitable[T]],
+        *,
+        tx: bool = True,
+        own_tx: bool = False,
+        watch: _CommitWatch | None = None,
     ) -> T:
         """Run `body` in one transaction (or, `tx=False`, as autocommit reads: one round
         trip each, no COMMIT), retrying transient conflicts; bounded by the timeout.
         `own_tx`: the body sends BEGIN itself, inside its first multi-statement round
         trip; COMMIT is always a round trip of its own, so a body given up on (its
         timeout) can never commit later: a COMMIT queued behind a statement waiting on a
-        lock would still run after the client closed the connection."""
+        lock would still run after the client closed the connection. `watch` records
+        whether a COMMIT went unanswered (see `_CommitWatch`)."""
         for attempt in range(_MAX_ATTEMPTS):
+            if watch is not None:
+                watch.unanswered = False
             try:
                 async with self._conn() as conn, conn.cursor() as cur:
                     try:
                         async with asyncio.timeout(self.settings.timeout_s):
                             if not tx:
                                 return await body(cur)
-                            if own_tx:  # the body's queries begin the transaction
-                                result = await body(cur)
-                                await conn.commit()
-                                return result
-                            await conn.begin()
+                            if not own_tx:  # else the body's queries begin it
+                                await conn.begin()
                             result = await body(cur)
-                            await conn.commit()
+                            await self._commit(conn, watch)
                             return result
                     except BaseException:
                         if tx and conn.connected:
@@ -370,11 +386,56 @@ class MySQLStore:
                     raise StoreUnavailable(f"MySQL: {e}") from e
                 if errno in _RETRY_ERRNOS:
                     raise StoreUnavailable(f"MySQL kept conflicting: {e}") from e
+                if watch is not None and watch.unanswered:
+                    raise StoreUnavailable(f"MySQL: COMMIT failed: {e!r}") from e
                 raise
             except (TimeoutError, OSError, ConnectionError) as e:
                 await self._forget_idle_connections()
                 raise StoreUnavailable(f"MySQL: {e!r}") from e
+            except Exception as e:
+                if watch is not None and watch.unanswered:  # whatever broke the link
+                    await self._forget_idle_connections()
+                    raise StoreUnavailable(f"MySQL: COMMIT failed: {e!r}") from e
+                raise
         raise AssertionError("unreachable")
+
+    @staticmethod
+    async def _commit(conn: Any, watch: _CommitWatch | None) -> None:
+        if watch is None:
+            await conn.commit()
+            return
+        watch.thread_id = conn.thread_id()
+        watch.unanswered = True
+        try:
+            await conn.commit()
+        except db_errors.MySQLError as e:
+            errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
+            if 0 < errno < 2000:  # the server answered with an error: not committed
+                watch.unanswered = False
+            raise
+        watch.unanswered = False
+
+    async def _fence(self, thread_id: int) -> None:
+        """Make sure the server thread whose COMMIT went unanswered is gone, so that the
+        COMMIT can no longer land (a delayed packet reaching a live thread would commit
+        it): KILL it from another connection and wait until the server no longer lists
+        it. Raises StoreUnavailable when that cannot be done within the timeout."""
+
+        async def q(cur: Cursor) -> None:
+            try:
+                await cur.execute(f"KILL CONNECTION {thread_id:d}")
+            except db_errors.MySQLError as e:
+                if not (e.args and e.args[0] == _UNKNOWN_THREAD):
+                    raise
+            while True:
+                await cur.execute(
+                    f"SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = {thread_id:d}"
+                )
+                if not await cur.fetchall():
+                    return
+                await asyncio.sleep(0.02)
+
+        await self._run(q, tx=False)
 
     async def _forget_idle_connections(self) -> None:
         """After a connection failure the pooled idle connections are likely dead too
@@ -691,26 +752,37 @@ class MySQLStore:
                     results.append(AppendResult(AppendStatus.CONFLICT))
             return results
 
+        watch = _CommitWatch()
         try:
-            return await self._run(body, own_tx=True)
-        except StoreUnavailable:
-            landed = await self._landed(batch, attempt_ms[0] if attempt_ms else -1)
+            return await self._run(body, own_tx=True, watch=watch)
+        except StoreUnavailable as failure:
+            # An ERROR must never cover a stored message. A COMMIT sent without an answer
+            # may still land (a packet held up in the network reaches the server later):
+            # fence its server thread first, then ask what landed.
+            try:
+                if watch.unanswered and watch.thread_id:
+                    await self._fence(watch.thread_id)
+                landed = await self._landed(batch, attempt_ms[0] if attempt_ms else -1)
+            except StoreUnavailable as e:
+                if watch.unanswered:
+                    raise StoreOutcomeUnknown(
+                        f"MySQL did not answer a COMMIT and cannot be asked whether it "
+                        f"landed ({failure}; then {e})"
+                    ) from failure
+                raise failure from None  # no COMMIT was sent: nothing can land
             if landed is None:
-                raise
+                raise failure from None
             return landed
 
     async def _landed(
         self, batch: Sequence[NewMessage], attempt_ms: int
     ) -> list[AppendResult] | None:
-        """After a failure whose COMMIT may still have landed (its reply timed out or the
-        connection dropped), ask again, so an ERROR never covers a stored message. The
+        """After a failure, once no COMMIT of it can land any more, ask what did: the
         results if the commit landed (stored messages answered as DUPLICATE: acked, not
-        pushed — receivers pull them), None if it did not or MySQL cannot tell yet."""
+        pushed — receivers pull them), None if it did not. StoreUnavailable if MySQL
+        cannot be asked."""
         keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
-        try:
-            found = await self._run(lambda cur: self._find_sent_in(cur, keys), tx=False)
-        except StoreUnavailable:
-            return None
+        found = await self._run(lambda cur: self._find_sent_in(cur, keys), tx=False)
         if not any(m.server_ms == attempt_ms for m in found.values()):
             return None  # nothing carries this attempt's commit time: it did not commit
         out: list[AppendResult] = []

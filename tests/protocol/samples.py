@@ -27,6 +27,20 @@ SAMPLES: list[tuple[f.Frame, list[Any]]] = [
         f.Login(1, 1, 42, "ios-1", "v1.k.42.ios-1.9.sig"),
         [1, 1, {"v": 1, "uid": 42, "device": "ios-1", "token": "v1.k.42.ios-1.9.sig"}],
     ),
+    (
+        f.Login(1, 1, 42, "ios-1", "t", ("outcome_unknown", "later")),
+        [
+            1,
+            1,
+            {
+                "v": 1,
+                "uid": 42,
+                "device": "ios-1",
+                "token": "t",
+                "caps": ["outcome_unknown", "later"],
+            },
+        ],
+    ),
     (f.Ping(), [3]),
     (f.Send(2, BIG, CMID, 1, b"\x00hello"), [10, 2, BIG, CMID, 1, b"\x00hello"]),
     (f.Delivered(5, 6), [21, 5, 6]),
@@ -111,6 +125,7 @@ _FIELD: dict[str, st.SearchStrategy[Any]] = {
     "uid": ids,
     "device": st.text(max_size=40),
     "token": st.text(max_size=80),
+    "caps": st.lists(st.text(min_size=1, max_size=32), max_size=16).map(tuple),
     "conv_id": ids,
     "client_msg_id": cmid,
     "msg_type": u64,

@@ -143,6 +143,10 @@ SEND_OK = [10, 7, 9, "cmid", 1, b"hi"]
         ([1, 1, {**LOGIN_MAP, "token": b"t"}], 1, "LOGIN.token"),
         ([1, 1, {k: v for k, v in LOGIN_MAP.items() if k != "token"}], 1, "LOGIN.token"),
         ([1, 1, {k: v for k, v in LOGIN_MAP.items() if k != "v"}], 1, "LOGIN.v"),
+        ([1, 1, {**LOGIN_MAP, "caps": "outcome_unknown"}], 1, "LOGIN.caps"),
+        ([1, 1, {**LOGIN_MAP, "caps": [1]}], 1, "LOGIN.caps"),
+        ([1, 1, {**LOGIN_MAP, "caps": [""]}], 1, "LOGIN.caps"),
+        ([1, 1, {**LOGIN_MAP, "caps": ["c"] * 17}], 1, "LOGIN.caps"),
     ],
 )
 def test_bad_client_fields(body: list[Any], rid: int, field: str) -> None:

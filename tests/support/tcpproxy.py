@@ -1,6 +1,9 @@
 """A TCP proxy between a gateway and a real server, to inject network faults:
 `cut()` resets every connection and refuses new ones (the server is down or restarting),
-`blackhole()` accepts and forwards nothing (the server hangs), `restore()` heals."""
+`blackhole()` accepts and forwards nothing (the server hangs), `restore()` heals.
+`hold(pattern, seconds)` delays each client-to-server chunk carrying `pattern` (and what
+follows it on that connection) by `seconds`: a partition that delays rather than resets,
+such as a MySQL COMMIT packet held up in the network."""
 
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ class TcpProxy:
         self._pipes: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
+        self._hold: tuple[bytes, float] | None = None
+        self.held = 0  # chunks held so far
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -42,14 +47,19 @@ class TcpProxy:
             writer.transport.abort()
             return
         self._writers.add(up_writer)
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.get_running_loop().create_task(self._pipe(src, dst))
+        for src, dst, up in ((reader, up_writer, True), (up_reader, writer, False)):
+            task = asyncio.get_running_loop().create_task(self._pipe(src, dst, up))
             self._pipes.add(task)
             task.add_done_callback(self._pipes.discard)
 
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
+    ) -> None:
         with contextlib.suppress(OSError, ConnectionError):
             while data := await src.read(65536):
+                if upstream and self._hold is not None and self._hold[0] in data:
+                    self.held += 1
+                    await asyncio.sleep(self._hold[1])
                 if self.mode is not Mode.OPEN:
                     return
                 dst.write(data)
@@ -70,6 +80,14 @@ class TcpProxy:
         """Drop every connection; accept new ones but never answer."""
         self.mode = Mode.BLACKHOLE
         self._drop_all()
+
+    def hold(self, pattern: bytes, seconds: float) -> None:
+        """From now on, delay client-to-server chunks carrying `pattern` by `seconds`."""
+        self._hold = (pattern, seconds)
+
+    def stop_holding(self) -> None:
+        """New chunks pass again (those already held still wait their time)."""
+        self._hold = None
 
     def restore(self) -> None:
         self._drop_all()  # black-holed sockets would hang their clients forever
