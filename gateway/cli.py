@@ -85,6 +85,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         help="seconds to spread SYNC_HINT over after a bus or route-store outage (5)",
     )  # fmt: skip
     p.add_argument(
+        "--node-lease", dest="node_lease_s", type=float,
+        help="with a shared store and bus: seconds after which a silent node's owed fan-out "
+        "is delivered by another node (5)",
+    )  # fmt: skip
+    p.add_argument(
         "--route-check", dest="route_check_s", type=float,
         help="seconds between checks that the route store (Redis) still holds this node's "
         "routes; on loss they are re-registered and sessions told to SYNC (1)",
@@ -109,7 +114,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
         "batch_min", "batch_wait_ms", "batch_inflight", "shutdown_timeout", "log_format",
         "log_level", "workers",
-        "drain_rate", "reconnect_hint", "sync_hint_spread_s", "route_check_s",
+        "drain_rate", "reconnect_hint", "sync_hint_spread_s", "route_check_s", "node_lease_s",
     ]  # fmt: skip
     overrides = {n: getattr(args, n, None) for n in names}
     overrides["token_keys"] = tuple(args.token_key or ())

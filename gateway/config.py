@@ -40,6 +40,9 @@ class Config:
     route_renew_s: float = 30.0
     # How often a node checks that the route store still holds its routes (gateway.routewatch).
     route_check_s: float = 1.0
+    # With a shared store and bus: a node silent this long is taken for dead, and another
+    # node delivers the fan-out its commits still owed (gateway.outbox).
+    node_lease_s: float = 5.0
     token_leeway: int = 60
     # Limits.
     max_frame: int = MAX_FRAME_DEFAULT
@@ -106,6 +109,8 @@ class Config:
             raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
         if not (math.isfinite(self.route_check_s) and self.route_check_s > 0):
             raise ConfigError("route_check_s must be a positive number of seconds")
+        if not (math.isfinite(self.node_lease_s) and self.node_lease_s >= 2):
+            raise ConfigError("node_lease_s must be at least 2 seconds (renewed every second)")
         if not (math.isfinite(self.drain_rate) and math.isfinite(self.sync_hint_spread_s)):
             raise ConfigError("drain_rate and sync_hint_spread_s must be finite numbers")
         if self.workers < 1 or self.drain_rate < 0 or self.sync_hint_spread_s < 0:

@@ -36,12 +36,14 @@ class _Delivery(NamedTuple):
 
 
 class FanOut:
-    __slots__ = ("_node", "_pending", "_scheduled")
+    __slots__ = ("_node", "_pending", "_running", "_scheduled", "failures")
 
     def __init__(self, node: Node) -> None:
         self._node = node
         self._pending: list[_Delivery] = []
         self._scheduled = False
+        self._running: set[asyncio.Task[None]] = set()
+        self.failures = 0  # deliveries that lost frames (lookup failed, publish lost)
 
     def deliver(self, uids: Sequence[int], payload: bytes, skip: Connection | None = None) -> None:
         """Write `payload` to every online device of `uids` except `skip`, soon."""
@@ -56,7 +58,19 @@ class FanOut:
         self._scheduled = False
         batch, self._pending = self._pending, []
         if batch:
-            self._node.spawn(self._deliver(batch))
+            task = self._node.spawn(self._deliver(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def settled(self) -> bool:
+        """Wait until every delivery requested so far is done; False if any delivery
+        that ended meanwhile lost frames (a failed lookup or a lost publish)."""
+        before = self.failures
+        if self._pending:
+            self._flush()
+        if self._running:
+            await asyncio.wait(list(self._running))
+        return self.failures == before
 
     async def _deliver(self, batch: list[_Delivery]) -> None:
         node = self._node
@@ -65,6 +79,7 @@ class FanOut:
             online = await node.routes.online(list(wanted))
         except Exception as e:
             node.metrics.fanout_failures.inc()
+            self.failures += 1
             node.route_watch.fanout_failed()  # hint every session once Redis answers again
             node.log.warning("fan-out route lookup failed", users=len(wanted), error=repr(e))
             return
@@ -96,4 +111,5 @@ class FanOut:
             )
             for (target, items), result in zip(remote.items(), results, strict=True):
                 if result is Delivery.LOST:  # that node is alive: tell its clients later
+                    self.failures += 1
                     node.missed(target, {c for conn_ids, _ in items for c in conn_ids})

@@ -21,6 +21,7 @@ from gateway.connection import Connection, State
 from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
+from gateway.outbox import OutboxKeeper
 from gateway.ratelimit import SendRateLimiter
 from gateway.routewatch import RouteWatch
 from gateway.wheel import TimingWheel
@@ -28,7 +29,7 @@ from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
 from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
-from storage.models import Route, StoredMessage, StoreUnavailable
+from storage.models import OutboxRow, Route, StoredMessage, StoreUnavailable
 from storage.ports import Bus, ChatStore, Delivery, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
@@ -102,12 +103,27 @@ class Node:
             log=self.log,
             on_loss=self.metrics.route_losses.inc,
         )
+        # The transactional outbox, where other nodes could deliver for a dead one.
+        outbox = store.outbox()
+        self.outbox: OutboxKeeper | None = None
+        if outbox is not None and not config.bus.startswith("local:"):
+            self.outbox = OutboxKeeper(
+                outbox,
+                node_id,
+                lease_s=config.node_lease_s,
+                redeliver=self._redeliver,
+                settled=self.fan.settled,
+                owes_hints=self.owes_hints,
+                log=self.log,
+            )
 
     # -- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.bus.start(self.node_id, self._on_bus, self._on_bus_resume)
         await self.route_watch.start()
+        if self.outbox is not None:
+            await self.outbox.start()
         self.wheel.start()
 
     def protocol_factory(self) -> Connection:
@@ -116,11 +132,12 @@ class Node:
     def new_decoder(self) -> FrameDecoder:
         return FrameDecoder(max_frame=self.config.max_frame, side=Side.SERVER)
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `coro` in the background, keeping a reference until it is done."""
         task = self.loop.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return task
 
     async def settle(self) -> None:
         """Wait for background work (route writes, fan-out) started so far."""
@@ -327,6 +344,17 @@ class Node:
         )  # fmt: skip
         self.fan.deliver(uids, payload, exclude)
 
+    async def _redeliver(self, row: OutboxRow) -> None:
+        """PUSH again what a dead node's commit owed (see gateway.outbox)."""
+        for conv_id, lo, hi in row.entries:
+            msgs, _ = await self.store.read_after(
+                conv_id, lo - 1, hi - lo + 1, min_seq=0, max_seq=hi
+            )
+            if msgs:
+                uids = await self.store.member_uids(conv_id)
+                for msg in msgs:
+                    self.push(msg, None, uids)
+
     def deliver(
         self, uids: Sequence[int], payload: bytes, *, skip_conn: Connection | None = None
     ) -> None:
@@ -372,10 +400,16 @@ class Node:
         finally:
             self._missed_task = None
 
+    def owes_hints(self) -> bool:
+        """Whether SYNC_HINTs for frames lost by fan-out are still to be sent."""
+        return bool(self._missed) or self.route_watch.owes_hints
+
     def close(self) -> None:
         """Stop the node's timers and background retries (at the end of a shutdown)."""
         self.wheel.stop()
         self.route_watch.stop()
+        if self.outbox is not None:
+            self.outbox.stop()
         if self._missed_task is not None:
             self._missed_task.cancel()
 

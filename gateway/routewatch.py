@@ -80,6 +80,11 @@ class RouteWatch:
             self._task.cancel()
             self._task = None
 
+    @property
+    def owes_hints(self) -> bool:
+        """A loss or outage was seen and its SYNC_HINTs have not started yet."""
+        return self._missed or self._lost
+
     def fanout_failed(self) -> None:
         """A fan-out route lookup failed: its pushes were dropped."""
         self._missed = True

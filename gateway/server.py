@@ -260,6 +260,8 @@ class Server:
             while node.open_count > 0 and time.monotonic() < deadline:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
             await node.settle()
+            if node.outbox is not None:
+                await node.outbox.finish()
         finally:
             # Whatever failed above, the backends are closed and the process can exit.
             node.close()

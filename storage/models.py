@@ -90,6 +90,18 @@ class AppendResult:
     message: StoredMessage | None = None  # set for STORED and DUPLICATE
     # STORED: the conversation's current members at commit, for fan-out.
     members: Sequence[int] = ()
+    # STORED with an outbox: the id of the outbox row recording this commit's fan-out
+    # (shared by the batch); clear it once delivered (storage.ports.Outbox).
+    outbox_id: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """Fan-out a commit owed: the messages (conv_id, lo_seq..hi_seq) committed by `node`."""
+
+    id: int
+    node: str
+    entries: tuple[tuple[int, int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)

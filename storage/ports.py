@@ -19,6 +19,7 @@ from storage.models import (
     Membership,
     MembershipChange,
     NewMessage,
+    OutboxRow,
     RecallResult,
     Route,
     SentRecord,
@@ -141,6 +142,43 @@ class ChatStore(Protocol):
     def durability(self) -> dict[str, str]:
         """The settings that decide whether a commit survives a crash (for the startup
         log)."""
+        ...
+
+    def outbox(self) -> Outbox | None:
+        """The transactional outbox, for stores shared by several nodes (None: a node's
+        fan-out cannot outlive it, nor need to)."""
+        ...
+
+
+class Outbox(Protocol):
+    """The transactional outbox: the fan-out each group commit owes is recorded in the
+    commit itself (one row per commit, owned by the committing node) and cleared once
+    delivered; a node alive renews its lease; a survivor takes over the rows of a node
+    whose lease lapsed and delivers them again."""
+
+    def record_for(self, node: str) -> None:
+        """From now on every `ChatStore.append` records its fan-out as owed by `node`."""
+        ...
+
+    async def clear(self, ids: Sequence[int]) -> None:
+        """Delete delivered rows (one round trip)."""
+        ...
+
+    async def keep_lease(self, node: str, ttl_ms: int) -> None:
+        """`node` is alive for `ttl_ms` more."""
+        ...
+
+    async def claim_lapsed(self, me: str, ttl_ms: int) -> list[str]:
+        """Nodes whose lease lapsed, each now claimed by `me` for `ttl_ms` (another
+        survivor cannot take them meanwhile)."""
+        ...
+
+    async def owed(self, node: str, limit: int) -> list[OutboxRow]:
+        """The oldest `limit` rows `node` still owes."""
+        ...
+
+    async def release(self, node: str, me: str) -> bool:
+        """Drop the lease of a dead node claimed by `me` if it owes nothing any more."""
         ...
 
 

@@ -45,6 +45,7 @@ from storage.models import (
     SyncPage,
 )
 from storage.mysql import MySQLStore
+from storage.ports import Outbox
 from storage.redis.cache import MemberSnapshot, RedisCache
 from storage.redis.recent import RecentCache
 
@@ -110,6 +111,9 @@ class ProductionStore:
 
     def durability(self) -> dict[str, str]:
         return self.mysql.durability()
+
+    def outbox(self) -> Outbox | None:
+        return self.mysql.outbox()
 
     def _redis_failed(self, op: str, e: Exception) -> None:
         self.redis_errors += 1

@@ -729,9 +729,20 @@ async def test_mariadb_hot_paths_search_indexes(
     store, data = mysql_store
     captured = Captured()
     api = Calls(store, captured)
+    outbox = store.outbox()
+    outbox.record_for("plans-node")  # the send batch writes its outbox row
     with monkeypatch.context() as patch:
         capture_mysql(patch, captured)
         made = await workload(api, data)
+        # the outbox's upkeep (gateway.outbox): lease, takeover of a lapsed node, clear
+        await outbox.keep_lease("plans-node", 5_000)
+        await outbox.keep_lease("dead-node", -1_000)
+        assert await outbox.claim_lapsed("plans-node", 5_000) == ["dead-node"]
+        assert await outbox.owed("dead-node", 200) == []
+        assert await outbox.release("dead-node", "plans-node")
+        owed = await outbox.owed("plans-node", 200)
+        assert owed
+        await outbox.clear([r.id for r in owed])
         # what the production store (Redis in front) calls besides the ChatStore API
         await api.member_rows(made["group"])
         assert await api.max_seq(made["p2p"]) > 0

@@ -161,6 +161,8 @@ def _committed(
         return
     node.metrics.sends_stored.inc()
     node.fanout(result.message, exclude=conn, uids=result.members)
+    if result.outbox_id and node.outbox is not None:
+        node.outbox.delivered(result.outbox_id)
 
 
 async def _refuse_non_member(node: Node, conn: Connection, f: Send) -> None:

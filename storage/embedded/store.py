@@ -159,6 +159,10 @@ class EmbeddedStore:
     def durability(self) -> dict[str, str]:
         return {"engine": "sqlite", "journal_mode": "wal", "synchronous": "full"}
 
+    def outbox(self) -> None:
+        """None: one process holds the embedded store, so its fan-out dies with it."""
+        return None
+
     async def _w(self, fn: Callable[..., T], *args: Any) -> T:
         return await self._run(self._writer, fn, *args)
 

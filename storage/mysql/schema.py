@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-SCHEMA_VERSION: Final = 2  # 2: im_conv_seq.recalled_seq
+SCHEMA_VERSION: Final = 3  # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease
 DEFAULT_SHARDS: Final = 16
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
@@ -66,6 +66,24 @@ _TABLES: Final = [
         created_ms    BIGINT NOT NULL,
         PRIMARY KEY (sender_uid, client_msg_id),
         KEY k_created (created_ms)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # The transactional outbox (storage/mysql/outbox.py): the fan-out a group commit
+    # still owes, written in that commit by the committing node, deleted once delivered.
+    # entries: msgpack [[conv_id, lo_seq, hi_seq], ...].
+    """CREATE TABLE IF NOT EXISTS im_outbox (
+        id         BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+        node       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        entries    BLOB NOT NULL,
+        created_ms BIGINT NOT NULL,
+        KEY k_node (node, id)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # One row per node writing the outbox: alive while expires_ms is ahead; a survivor
+    # claims a lapsed one (claimed_by) and re-delivers its outbox.
+    """CREATE TABLE IF NOT EXISTS im_node_lease (
+        node       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
+        expires_ms BIGINT NOT NULL,
+        claimed_by VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
+        KEY k_expires (expires_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 ]
 

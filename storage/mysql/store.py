@@ -50,6 +50,8 @@ from storage.models import (
     SyncRow,
 )
 from storage.mysql import sql
+from storage.mysql.outbox import MySQLOutbox
+from storage.mysql.outbox import insert_row as outbox_sql
 from storage.mysql.schema import DEFAULT_SHARDS, SCHEMA_VERSION, UPGRADES, ddl, message_table
 from storage.snowflake import Snowflake
 
@@ -235,6 +237,7 @@ class MySQLStore:
         self._durability: dict[str, str] = {}
         self._syncs: list[_SyncAsk] = []  # asked in this loop iteration
         self._sync_tasks: set[asyncio.Task[None]] = set()
+        self._outbox = MySQLOutbox(self)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -315,6 +318,9 @@ class MySQLStore:
 
     def durability(self) -> dict[str, str]:
         return {"engine": "mysql", **self._durability}
+
+    def outbox(self) -> MySQLOutbox:
+        return self._outbox
 
     def shard_of(self, conv_id: int) -> str:
         return message_table(conv_id % self._shards)
@@ -721,6 +727,7 @@ class MySQLStore:
                     m.conv_id, top[m.conv_id], self._ids.next_id(now), m.sender_uid,
                     m.msg_type, m.content, now, m.client_msg_id,
                 )  # fmt: skip
+            outbox_id = 0
             if stored:
                 msgs = list(stored.values())
                 statements = [
@@ -728,6 +735,9 @@ class MySQLStore:
                     *self._insert_sql(msgs),
                     sql.insert_sent(msgs, now),
                 ]
+                if node := self._outbox.node:  # the fan-out owed, in the same commit
+                    outbox_id = self._ids.next_id(now)
+                    statements.append(outbox_sql(outbox_id, node, msgs, now))
                 for query in sql.queries(statements):  # one, unless the batch is huge
                     await cur.execute(query)
                     while await cur.nextset():  # each statement's result; errors raise
@@ -736,7 +746,9 @@ class MySQLStore:
             for i, m in enumerate(batch):
                 if i in stored:
                     conv_members = members[m.conv_id]
-                    results.append(AppendResult(AppendStatus.STORED, stored[i], conv_members))
+                    results.append(
+                        AppendResult(AppendStatus.STORED, stored[i], conv_members, outbox_id)
+                    )
                     continue
                 if i in refused:
                     results.append(AppendResult(AppendStatus.NOT_MEMBER))

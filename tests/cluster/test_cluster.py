@@ -120,6 +120,34 @@ async def test_kill_9_under_traffic_loses_nothing(three: Cluster) -> None:
     assert all(c.stats.reconnects >= 1 for c in moved)
 
 
+async def test_kill_9_every_acked_message_reaches_online_members_within_10s(
+    three: Cluster,
+) -> None:
+    """Through a kill -9 of a node mid-traffic, a member that stayed connected (to another
+    node) receives every message acked to the others, with no catch-up of its own: what
+    the dead node committed but did not fan out is delivered from its outbox."""
+    run = await start_run(three, range(1, 10))
+    traffic = asyncio.create_task(run.traffic(per_user=40, gap=0.05))
+    await asyncio.sleep(0.8)
+    three.nodes[1].kill()  # SIGKILL, mid-traffic
+    loop = asyncio.get_running_loop()
+    killed = loop.time()
+    await traffic
+    await asyncio.sleep(max(1.0, killed + 10.0 - loop.time()))
+    stayed = [u for u, c in run.clients.items() if u % 3 != 1 and c.stats.reconnects == 0]
+    assert stayed
+    for uid in stayed:
+        want = {
+            (r.conv_id, r.seq, r.content)
+            for r in run.history.acked()
+            if r.sender != uid and uid in run.history.members[r.conv_id]
+        }
+        missing = want - set(run.history.received[uid])
+        assert not missing, f"uid {uid} never got {sorted(missing)[:5]} ({len(missing)})"
+    counts = await run.finish()
+    assert counts["acked"] == counts["sends"], counts
+
+
 async def test_bus_outage_sends_acked_and_receivers_catch_up(three: Cluster) -> None:
     run = await start_run(three, range(1, 10))
     traffic = asyncio.create_task(run.traffic(per_user=40, gap=0.05))
@@ -184,4 +212,39 @@ async def test_receivers_behind_a_publisher_cut_off_the_bus_get_sync_hint(
         while (conv, lost.seq, lost.content) not in history.received[2]:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
     assert history.hints[2] >= 1  # it came by SYNC_HINT and the catch-up it started
+    listening.cancel()
+
+
+async def test_fanout_owed_by_a_killed_node_is_delivered_by_a_survivor(
+    cluster: Cluster,
+) -> None:
+    """The sender's node commits and acks, cannot publish the PUSH (its bus link is
+    down), and is killed before it could tell anyone: the receiver, connected to a
+    healthy node all along, must still get the message, with no reconnect and no
+    catch-up of its own. The surviving node finds the dead node's outbox rows once its
+    lease (5 s) lapsed and delivers them."""
+    await cluster.start_node(own_link=True)  # node 0: the sender's
+    await cluster.start_node()  # node 1: the receiver's, and the survivor
+    sender = cluster.client(1, first=0)
+    receiver = cluster.client(2, first=1)
+    await sender.connect()
+    await receiver.connect()
+    history = History(members={})
+    listening = asyncio.create_task(history.receive(receiver))
+    conv = await sender.open_p2p(2)
+    history.members[conv] = {1, 2}
+    await history.send(sender, conv, b"before")
+    cluster.links[0].cut()  # node 0 alone is off the bus
+    await asyncio.sleep(0.5)
+    owed = [await history.send(sender, conv, f"owed {i}".encode()) for i in range(3)]
+    assert all(r.outcome == "acked" for r in owed)  # durable, though no PUSH left node 0
+    cluster.nodes[0].kill()  # SIGKILL: its pending SYNC_HINTs die with it
+    killed = asyncio.get_running_loop().time()
+    want = {(conv, r.seq, r.content) for r in owed}
+    async with asyncio.timeout(15):
+        while not want <= set(history.received[2]):  # noqa: ASYNC110 - bounded
+            await asyncio.sleep(0.1)
+    took = asyncio.get_running_loop().time() - killed
+    assert took < 10.0, f"delivered {took:.1f} s after the kill (lease 5 s + sweep)"
+    assert receiver.stats.reconnects == 0 and history.hints[2] == 0  # pushed, not pulled
     listening.cancel()

@@ -1,0 +1,142 @@
+"""A node's side of the transactional outbox (see storage/mysql/outbox.py).
+
+Every group commit of a node sharing its store with other nodes records the fan-out it
+owes in the commit. This keeper:
+
+- clears those rows once their fan-out has been delivered (`delivered`, then one DELETE
+  a second for everything delivered since); a row whose fan-out lost frames (the route
+  lookup failed, a publish was lost) stays until the node has sent the SYNC_HINTs that
+  such failures trigger (`owes_hints` false; at most `MAX_RETRIED` rows are kept). So
+  if the node dies while its bus link or Redis is down, a survivor still delivers what
+  it could not;
+- keeps the node's lease (`node_lease_s`, 5 s, renewed every second);
+- every second, claims the nodes whose lease lapsed (killed, or cut off from MySQL) and
+  delivers what they owed: each message PUSHed again to every online device of every
+  current member (clients dedup by seq), then their rows deleted and their lease
+  dropped. So a kill -9 between a commit and its fan-out delays the PUSH by at most the
+  lease plus a second, instead of leaving it to the receiver's next reconnect;
+- at start, first delivers what a predecessor with the same node id left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+from storage.models import OutboxRow
+from storage.ports import Outbox
+
+SWEEP_PAGE: Final = 200  # rows of a dead node read at a time
+MAX_RETRIED: Final = 10_000  # rows kept until the failure's SYNC_HINTs are out
+
+
+class OutboxKeeper:
+    def __init__(
+        self,
+        outbox: Outbox,
+        node_id: str,
+        *,
+        lease_s: float,
+        redeliver: Callable[[OutboxRow], Awaitable[None]],
+        settled: Callable[[], Awaitable[bool]],
+        owes_hints: Callable[[], bool],
+        log: Any,
+        every_s: float = 1.0,
+    ) -> None:
+        self._outbox = outbox
+        self._node_id = node_id
+        self._ttl_ms = int(lease_s * 1000)
+        self._redeliver = redeliver  # PUSH a row's messages again
+        self._settled = settled  # wait for the fan-out requested so far; False: frames lost
+        self._owes_hints = owes_hints  # SYNC_HINTs for lost frames not sent yet
+        self._log = log
+        self._every_s = every_s
+        self._fresh: set[int] = set()  # committed in this loop iteration
+        self._done: set[int] = set()  # delivered, to delete
+        self._held: set[int] = set()  # delivery lost frames: kept until hinted
+        self._task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self.redelivered = 0  # rows of dead nodes delivered again (metrics)
+
+    async def start(self) -> None:
+        await self._outbox.keep_lease(self._node_id, self._ttl_ms)
+        await self._sweep(self._node_id)  # left by a predecessor with our node id
+        self._outbox.record_for(self._node_id)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def finish(self) -> None:
+        """At the end of a clean shutdown (after the last commit): clear what was
+        delivered and drop the lease, so that no other node delivers it again."""
+        self.stop()
+        if self._background:
+            await asyncio.wait(list(self._background))
+        try:
+            if self._done:
+                await self._outbox.clear(list(self._done))
+                self._done.clear()
+            await self._outbox.keep_lease(self._node_id, 0)  # lapsed: swept if rows remain
+        except Exception as e:
+            self._log.warning("outbox not cleared at shutdown", error=repr(e))
+
+    def delivered(self, outbox_id: int) -> None:
+        """A message of outbox row `outbox_id` was handed to fan-out in this iteration;
+        the row is cleared once that fan-out is done."""
+        if not self._fresh:
+            asyncio.get_running_loop().call_soon(self._after_fanout)
+        self._fresh.add(outbox_id)
+
+    def _after_fanout(self) -> None:
+        ids, self._fresh = self._fresh, set()
+        task = asyncio.get_running_loop().create_task(self._settle(ids))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _settle(self, ids: set[int]) -> None:
+        if await self._settled():
+            self._done |= ids
+        elif len(self._held) < MAX_RETRIED:
+            self._held |= ids
+        else:
+            self._done |= ids
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._every_s)
+            try:
+                await self.tick()
+            except Exception as e:  # MySQL trouble: the next tick retries
+                self._log.warning("outbox upkeep failed", error=repr(e))
+
+    async def tick(self) -> None:
+        """Renew the lease, clear delivered rows, take over lapsed nodes."""
+        await self._outbox.keep_lease(self._node_id, self._ttl_ms)
+        if self._done:
+            done, self._done = self._done, set()
+            try:
+                await self._outbox.clear(list(done))
+            except Exception:
+                self._done |= done
+                raise
+        if self._held and not self._owes_hints():
+            self._done |= self._held  # cleared at the next tick
+            self._held = set()
+        for node in await self._outbox.claim_lapsed(self._node_id, self._ttl_ms):
+            self._log.warning("taking over the fan-out of a lapsed node", dead=node)
+            await self._sweep(node)
+            await self._outbox.release(node, self._node_id)
+
+    async def _sweep(self, node: str) -> None:
+        while rows := await self._outbox.owed(node, SWEEP_PAGE):
+            if node != self._node_id:  # a long sweep must not make us look dead
+                await self._outbox.keep_lease(self._node_id, self._ttl_ms)
+            for row in rows:
+                await self._redeliver(row)
+            await self._settled()  # what still failed is hinted by its own path
+            await self._outbox.clear([r.id for r in rows])
+            self.redelivered += len(rows)

@@ -1,0 +1,133 @@
+"""The transactional outbox on MySQL (`storage.ports.Outbox`).
+
+A group commit that stores messages also inserts one `im_outbox` row, in the same
+transaction and the same round trip as the messages: its id (a snowflake), the
+committing node, and the runs of seqs it stored (`[[conv_id, lo, hi], ...]`, msgpack).
+So whatever is committed is also recorded as owed, and nothing is recorded that was not
+committed. The node deletes the rows once their fan-out is delivered, in batches.
+
+Each node writing rows keeps a lease row in `im_node_lease` (`expires_ms`, renewed
+every second). When a lease lapses (the node was killed, or cannot reach MySQL), any
+surviving node claims it with a compare-and-set UPDATE (`claimed_by`, a fresh expiry),
+reads the dead node's rows, delivers them again and deletes them, then drops the lease.
+A survivor that dies in the middle lets its claim lapse and the next one takes over.
+Deliveries may repeat (a node that was only cut off delivered some itself); clients
+dedup by seq.
+
+Cost on the healthy path: one short INSERT inside each commit's existing round trip,
+one DELETE per node per second for the delivered rows, one lease UPSERT per second.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+from storage.models import OutboxRow, StoredMessage
+
+if TYPE_CHECKING:
+    from storage.mysql.store import MySQLStore
+
+Cursor = Any
+
+
+def entries_of(msgs: Sequence[StoredMessage]) -> list[list[int]]:
+    """Runs of consecutive seqs per conversation: [[conv_id, lo, hi], ...]."""
+    runs: list[list[int]] = []
+    last: dict[int, list[int]] = {}
+    for m in sorted(msgs, key=lambda m: (m.conv_id, m.seq)):
+        run = last.get(m.conv_id)
+        if run is not None and run[2] + 1 == m.seq:
+            run[2] = m.seq
+        else:
+            last[m.conv_id] = run = [m.conv_id, m.seq, m.seq]
+            runs.append(run)
+    return runs
+
+
+def insert_row(row_id: int, node: str, msgs: Sequence[StoredMessage], now: int) -> str:
+    """The INSERT a commit adds to its statements (literals only: see storage.mysql.sql)."""
+    blob = msgpack.packb(entries_of(msgs))
+    return (
+        "INSERT INTO im_outbox (id, node, entries, created_ms) VALUES "
+        f"({row_id:d},X'{node.encode().hex()}',X'{blob.hex()}',{now:d})"
+    )
+
+
+def _entries(blob: bytes) -> tuple[tuple[int, int, int], ...]:
+    return tuple((int(c), int(lo), int(hi)) for c, lo, hi in msgpack.unpackb(blob))
+
+
+class MySQLOutbox:
+    def __init__(self, store: MySQLStore) -> None:
+        self._store = store
+        self.node = ""  # set: every append records its fan-out for this node
+
+    def record_for(self, node: str) -> None:
+        self.node = node
+
+    async def clear(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        listed = ",".join(str(int(i)) for i in ids)
+
+        async def q(cur: Cursor) -> None:
+            await cur.execute(f"DELETE FROM im_outbox WHERE id IN ({listed})")
+
+        await self._store._run(q, tx=False)
+
+    async def keep_lease(self, node: str, ttl_ms: int) -> None:
+        async def q(cur: Cursor) -> None:
+            await cur.execute(
+                "INSERT INTO im_node_lease (node, expires_ms, claimed_by) VALUES (%s, %s, '') "
+                "ON DUPLICATE KEY UPDATE expires_ms=VALUES(expires_ms), claimed_by=''",
+                (node, self._store.now_ms() + ttl_ms),
+            )
+
+        await self._store._run(q, tx=False)
+
+    async def claim_lapsed(self, me: str, ttl_ms: int) -> list[str]:
+        now = self._store.now_ms()
+
+        async def q(cur: Cursor) -> list[str]:
+            await cur.execute(
+                "SELECT node FROM im_node_lease WHERE expires_ms < %s ORDER BY expires_ms LIMIT 16",
+                (now,),
+            )
+            claimed = []
+            for (node,) in await cur.fetchall():
+                n = await cur.execute(
+                    "UPDATE im_node_lease SET expires_ms=%s, claimed_by=%s "
+                    "WHERE node=%s AND expires_ms < %s",
+                    (now + ttl_ms, me, node, now),
+                )
+                if n:
+                    claimed.append(str(node))
+            return claimed
+
+        return await self._store._run(q, tx=False)
+
+    async def owed(self, node: str, limit: int) -> list[OutboxRow]:
+        async def q(cur: Cursor) -> list[Any]:
+            await cur.execute(
+                "SELECT id, entries FROM im_outbox WHERE node=%s ORDER BY id LIMIT %s",
+                (node, limit),
+            )
+            return list(await cur.fetchall())
+
+        rows = await self._store._run(q, tx=False)
+        return [OutboxRow(int(i), node, _entries(e)) for i, e in rows]
+
+    async def release(self, node: str, me: str) -> bool:
+        async def q(cur: Cursor) -> int:
+            return int(
+                await cur.execute(
+                    "DELETE FROM im_node_lease WHERE node=%s AND claimed_by=%s "
+                    "AND NOT EXISTS (SELECT 1 FROM im_outbox WHERE node=%s)",
+                    (node, me, node),
+                )
+            )
+
+        return bool(await self._store._run(q, tx=False))
