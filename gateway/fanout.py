@@ -81,7 +81,13 @@ class FanOut:
             node.metrics.fanout_failures.inc()
             self.failures += 1
             node.route_watch.fanout_failed()  # hint every session once Redis answers again
-            node.log.warning("fan-out route lookup failed", users=len(wanted), error=repr(e))
+            if (held := node.log_throttle.allow("fan-out lookup")) is not None:
+                node.log.warning(
+                    "fan-out route lookup failed",
+                    users=len(wanted),
+                    error=repr(e),
+                    similar_held_back=held,
+                )
             return
         me = node.node_id
         sessions = node.sessions
