@@ -87,6 +87,7 @@ class Node:
         # route left in Redis by the previous process never names a new connection.
         self._next_conn_id = time.time_ns() // 1000
         self._renewals: list[Route] = []
+        self._kicks: dict[str, list[int]] = {}  # node -> conn_ids to KICK, this iteration
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()
         self.fan = FanOut(self)
@@ -263,10 +264,21 @@ class Node:
         if prev is not None and prev.node != self.node_id:
             # Activated before this await: a close during it cleans up like any other.
             # In the background: the LOGIN does not wait for the broker's confirm.
-            self.spawn(
-                self.bus.publish(prev.node, msgpack.packb([BUS_KICK, [[[prev.conn_id], b""]]]))
-            )
+            self._kick_remote(prev.node, prev.conn_id)
         return True
+
+    def _kick_remote(self, node: str, conn_id: int) -> None:
+        """KICK duplicate_login to a connection on another node. The kicks of one loop
+        iteration go out as one publish per node: after a node dies, every client of it
+        that logs in here names it, thousands a second in a reconnect storm."""
+        if not self._kicks:
+            self.loop.call_soon(self._flush_kicks)
+        self._kicks.setdefault(node, []).append(conn_id)
+
+    def _flush_kicks(self) -> None:
+        kicks, self._kicks = self._kicks, {}
+        for node, conn_ids in kicks.items():
+            self.spawn(self.bus.publish(node, msgpack.packb([BUS_KICK, [[conn_ids, b""]]])))
 
     async def end_session(self, conn: Connection) -> None:
         """LOGOUT: the route goes at once."""
