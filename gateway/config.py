@@ -54,6 +54,12 @@ class Config:
     recall_window: float = 120.0
     rate_burst: int = 200
     rate_per_s: float = 100.0
+    # Every other op that makes work for the node or the store (all but PING, LOGIN,
+    # LOGOUT and SEND) draws on a second per-uid budget; TYPING also on its own.
+    op_rate_burst: int = 300
+    op_rate_per_s: float = 100.0
+    typing_burst: int = 3
+    typing_per_s: float = 2.0
     # Send batcher.
     batch_max: int = 512
     batch_delay_ms: float = 2.0  # a batch's wait at low rates, where waiting gathers nothing
@@ -107,6 +113,11 @@ class Config:
             raise ConfigError("send_backpressure must be >= 2 (queued SENDs)")
         if self.batch_min < 1 or self.batch_delay_ms < 0 or self.batch_wait_ms < 0:
             raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
+        for name in ("rate", "op_rate", "typing"):
+            burst = getattr(self, f"{name}_burst")
+            per_s = getattr(self, f"{name}_per_s")
+            if burst < 1 or not (math.isfinite(per_s) and per_s > 0):
+                raise ConfigError(f"need {name}_burst >= 1 and {name}_per_s > 0")
         if not (math.isfinite(self.route_check_s) and self.route_check_s > 0):
             raise ConfigError("route_check_s must be a positive number of seconds")
         if not (math.isfinite(self.node_lease_s) and self.node_lease_s >= 2):

@@ -18,7 +18,7 @@ from gateway.handlers import dispatch, dispatch_now
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder
 from protocol.errors import FrameError
-from protocol.frames import Error, Invalid, Kick, Login, Ping, Pong
+from protocol.frames import Error, Invalid, Kick, Login, Logout, Ping, Pong, Send, Typing
 from protocol.ops import ErrorCode, KickReason
 from storage.models import Route
 
@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 _PING: Final = encode(Ping())
 _PONG: Final = encode(Pong())
 CLOSE_GRACE_S: Final = 5.0  # a closing socket that has not flushed by then is aborted
+# Over its op budget, a connection is not read for this long (TCP slows the client), so
+# a flood costs the node at most one read buffer of frames per pause.
+OVER_BUDGET_PAUSE_S: Final = 0.5
+_UNBUDGETED: Final = frozenset({Ping, Send, Login, Logout})  # SEND has its own limit
+_OVER_BUDGET: Final = "too many requests; slow down"
 
 
 class State(enum.IntEnum):
@@ -180,6 +185,8 @@ class Connection(asyncio.Protocol):
             if type(frame) is Ping:
                 self.write(_PONG)  # the hot heartbeat path: no queue, no task
                 return
+            if type(frame) not in _UNBUDGETED and not self._within_budget(frame):
+                return
             if self.task is None and dispatch_now(self.node, self, frame):
                 return  # handled in order: nothing was queued ahead of it
         inbox = self.inbox
@@ -192,6 +199,30 @@ class Connection(asyncio.Protocol):
             self.paused = True
             assert self.transport is not None
             self.transport.pause_reading()
+
+    def _within_budget(self, frame: Frame | Invalid) -> bool:
+        """Draw on the uid's op budget (and TYPING on its own). Over the op budget a
+        request is answered `rate_limited` (TYPING is dropped) and the connection is not
+        read for OVER_BUDGET_PAUSE_S; the refusals of one read go out in one write, so a
+        flood costs one write per read, not one per frame."""
+        node = self.node
+        uid = self.uid
+        if not node.op_limiter.take(uid):
+            node.metrics.ops_limited.labels(why="budget").inc()
+            if type(frame) is not Typing:
+                rid = getattr(frame, "rid", 0)
+                node.write_soon(self, encode(Error(rid, int(ErrorCode.RATE_LIMITED), _OVER_BUDGET)))
+            if self.hold_reading():
+                node.loop.call_later(OVER_BUDGET_PAUSE_S, self._end_penalty)
+            return False
+        if type(frame) is Typing and not node.typing_limiter.take(uid):
+            node.metrics.ops_limited.labels(why="typing").inc()
+            return False  # an indicator: a later one says the same
+        return True
+
+    def _end_penalty(self) -> None:
+        if self not in self.node.held:  # send backpressure releases it itself
+            self.release_reading()
 
     def hold_reading(self) -> bool:
         """Stop reading (send backpressure); False if not reading anyway."""

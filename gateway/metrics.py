@@ -51,6 +51,12 @@ class Metrics:
         self.storage_errors = Counter(
             "imgw_storage_errors", "Storage operations that failed", ["op"], registry=r
         )
+        self.ops_limited = Counter(
+            "imgw_ops_limited",
+            "Requests refused or dropped: over the uid's op budget, or TYPING over its own",
+            ["why"],
+            registry=r,
+        )
         self.route_renewals = Counter("imgw_route_renewals", "Routes renewed", registry=r)
         self.send_holds = Counter(
             "imgw_send_holds",

@@ -22,7 +22,7 @@ from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
 from gateway.outbox import OutboxKeeper
-from gateway.ratelimit import SendRateLimiter
+from gateway.ratelimit import UidRateLimiter
 from gateway.routewatch import RouteWatch
 from gateway.wheel import TimingWheel
 from protocol.codec import encode
@@ -64,8 +64,14 @@ class Node:
         self.log = structlog.get_logger("imgw").bind(node=node_id)
         self.log_throttle = Throttle(self.loop.time)
         self.wheel = TimingWheel(self.loop, on_tick=self._on_tick)
-        self.limiter = SendRateLimiter(
+        self.limiter = UidRateLimiter(
             burst=config.rate_burst, rate=config.rate_per_s, clock=self.loop.time
+        )
+        self.op_limiter = UidRateLimiter(
+            burst=config.op_rate_burst, rate=config.op_rate_per_s, clock=self.loop.time
+        )
+        self.typing_limiter = UidRateLimiter(
+            burst=config.typing_burst, rate=config.typing_per_s, clock=self.loop.time
         )
         self.batcher = SendBatcher(
             store,
@@ -88,6 +94,7 @@ class Node:
         self._next_conn_id = time.time_ns() // 1000
         self._renewals: list[Route] = []
         self._kicks: dict[str, list[int]] = {}  # node -> conn_ids to KICK, this iteration
+        self._soon: dict[Connection, list[bytes]] = {}  # frames to write at the iteration's end
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()
         self.fan = FanOut(self)
@@ -267,6 +274,21 @@ class Node:
             self._kick_remote(prev.node, prev.conn_id)
         return True
 
+    def write_soon(self, conn: Connection, frame: bytes) -> None:
+        """Write `frame` to `conn` with the others queued for it in this loop iteration,
+        in one write (the answers to a flood of refused requests)."""
+        frames = self._soon.get(conn)
+        if frames is None:
+            if not self._soon:
+                self.loop.call_soon(self._write_soon)
+            frames = self._soon[conn] = []
+        frames.append(frame)
+
+    def _write_soon(self) -> None:
+        soon, self._soon = self._soon, {}
+        for conn, frames in soon.items():
+            conn.write(b"".join(frames))
+
     def _kick_remote(self, node: str, conn_id: int) -> None:
         """KICK duplicate_login to a connection on another node. The kicks of one loop
         iteration go out as one publish per node: after a node dies, every client of it
@@ -301,6 +323,8 @@ class Node:
         if now - self._last_prune >= RATE_PRUNE_EVERY_S:
             self._last_prune = now
             self.limiter.prune()
+            self.op_limiter.prune()
+            self.typing_limiter.prune()
             self.spawn(self._maintain())
 
     async def _maintain(self) -> None:

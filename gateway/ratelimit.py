@@ -1,11 +1,12 @@
-"""Token buckets per uid for SEND: bursts of `burst`, `rate` per second sustained."""
+"""Token buckets per uid: bursts of `burst`, `rate` per second sustained. A node has
+three: SEND, every other op that makes work (the op budget), and TYPING."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 
-class SendRateLimiter:
+class UidRateLimiter:
     __slots__ = ("_buckets", "_burst", "_clock", "_rate")
 
     def __init__(self, *, burst: int, rate: float, clock: Callable[[], float]) -> None:

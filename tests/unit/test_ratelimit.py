@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from gateway.ratelimit import SendRateLimiter
+from gateway.ratelimit import UidRateLimiter
 
 
 class Clock:
@@ -13,7 +13,7 @@ class Clock:
 
 def test_burst_then_sustained_rate() -> None:
     clock = Clock()
-    rl = SendRateLimiter(burst=5, rate=2.0, clock=clock)
+    rl = UidRateLimiter(burst=5, rate=2.0, clock=clock)
     assert [rl.take(1) for _ in range(6)] == [True] * 5 + [False]
     assert rl.take(2)  # other uids have their own bucket
     clock.t = 0.5  # one token back at 2/s
@@ -22,7 +22,7 @@ def test_burst_then_sustained_rate() -> None:
 
 def test_refused_sends_consume_nothing_and_refund_restores() -> None:
     clock = Clock()
-    rl = SendRateLimiter(burst=1, rate=1.0, clock=clock)
+    rl = UidRateLimiter(burst=1, rate=1.0, clock=clock)
     assert rl.take(1)
     for _ in range(10):
         assert not rl.take(1)
@@ -34,7 +34,7 @@ def test_refused_sends_consume_nothing_and_refund_restores() -> None:
 
 def test_prune_forgets_full_buckets_only() -> None:
     clock = Clock()
-    rl = SendRateLimiter(burst=10, rate=10.0, clock=clock)
+    rl = UidRateLimiter(burst=10, rate=10.0, clock=clock)
     rl.take(1)
     clock.t = 0.5
     rl.take(2)

@@ -1,0 +1,98 @@
+"""Abuse limits: one user cannot stall a node. Every op that makes work for others or for
+the store draws on a per-uid budget; TYPING has its own tight one and is dropped, never
+queued, beyond it."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import pytest
+
+from gateway.server import Server
+from protocol.codec import encode
+from protocol.frames import (
+    ConvOk,
+    Error,
+    GroupCreate,
+    Ping,
+    Pong,
+    Presence,
+    PresenceResult,
+    Send,
+    SendAck,
+    Typing,
+    TypingNotify,
+)
+from protocol.ops import ErrorCode
+from tests.conftest import StartGateway
+from tests.support.wire import Wire
+
+
+async def _round_trip(w: Wire, frame: Ping | Send, reply: type) -> float:
+    started = time.monotonic()
+    if isinstance(frame, Ping):
+        await w.send(frame)
+        await w.wait_for(reply, timeout=10)
+    else:
+        assert isinstance(await w.request(frame, timeout=10), reply)
+    return time.monotonic() - started
+
+
+@pytest.mark.backends("embedded")
+async def test_typing_flood_leaves_bystanders_responsive(gw: Server) -> None:
+    attacker = await Wire.login(gw.port, 1, "d")
+    member = await Wire.login(gw.port, 2, "d")
+    bystander = await Wire.login(gw.port, 3, "d")
+    g = await attacker.request(GroupCreate(0, "big", tuple(range(2, 101))))
+    assert isinstance(g, ConvOk)
+    mine = await bystander.request(GroupCreate(0, "mine", (4,)))
+    assert isinstance(mine, ConvOk)
+    await member.quiet(0.3)  # the "created" system message
+
+    flood = encode(Typing(g.conv_id)) * 100_000  # 0.6 MB of TYPING in one go
+
+    async def attack() -> None:
+        attacker.writer.write(flood)
+        await attacker.writer.drain()  # blocks while the gateway does not read
+
+    attacking = asyncio.create_task(attack())
+    await asyncio.sleep(0.2)
+    pings = [await _round_trip(bystander, Ping(), Pong) for _ in range(10)]
+    sends = [
+        await _round_trip(bystander, Send(0, mine.conv_id, f"b{i}", 1, b"x"), SendAck)
+        for i in range(10)
+    ]
+    notifies = [f for f in await member.quiet(2.0) if isinstance(f, TypingNotify)]
+    attacking.cancel()
+    # Before the budgets: PINGs took 2.6-5.3 s and SENDs went unacked for 15 s under
+    # this flood; generous bounds here, the medians are measured in bench/.
+    assert statistics.median(pings) < 0.25 and max(pings) < 1.0, pings
+    assert statistics.median(sends) < 0.25 and max(sends) < 1.0, sends
+    # TYPING: 3 at once and 2 a second at most reach the others
+    assert 1 <= len(notifies) <= 3 + 2 * 5, len(notifies)
+
+
+async def test_requests_over_the_op_budget_are_refused_then_served_again(
+    start_gateway: StartGateway,
+) -> None:
+    gw = await start_gateway(op_rate_burst=5, op_rate_per_s=10.0)
+    w = await Wire.login(gw.port, 1, "d")
+    rids = []
+    for _ in range(20):  # pipelined: all in one read
+        rids.append(w.rid())
+        await w.send(Presence(rids[-1], (2,)))
+    replies = {}
+    while len(replies) < len(rids):
+        f = await w.recv(timeout=5)
+        replies[getattr(f, "rid", None)] = f
+    ok = [r for r in replies.values() if isinstance(r, PresenceResult)]
+    limited = [
+        r for r in replies.values() if isinstance(r, Error) and r.code == ErrorCode.RATE_LIMITED
+    ]
+    assert len(ok) == 5 and len(limited) == 15, replies  # every request is answered
+    await asyncio.sleep(0.6)  # the budget refills (10/s) and reading resumes
+    assert isinstance(await w.request(Presence(0, (2,))), PresenceResult)
+    await w.send(Ping())
+    assert isinstance(await w.wait_for(Pong), Pong)  # heartbeats never count
