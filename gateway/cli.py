@@ -232,7 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
     token.add_argument("--device", required=True)
     token.add_argument("--kid", default=dev_kid, help=f"key id (default {dev_kid})")
     token.add_argument("--secret", default=dev_secret, help="signing secret (default: dev key)")
-    token.add_argument("--ttl", type=int, default=86_400, help="seconds of validity (86400)")
+    token.add_argument(
+        "--ttl",
+        type=int,
+        default=86_400,
+        help="seconds of validity (86400; gateways refuse more than their "
+        "token_max_lifetime, 30 days by default)",
+    )
     token.set_defaults(func=cmd_token)
 
     db = sub.add_parser("db", help="manage the MySQL schema")

@@ -44,6 +44,7 @@ class Config:
     # node delivers the fan-out its commits still owed (gateway.outbox).
     node_lease_s: float = 5.0
     token_leeway: int = 60
+    token_max_lifetime: int = 30 * 86_400  # a token whose exp is further ahead is refused
     # Limits.
     max_frame: int = MAX_FRAME_DEFAULT
     max_content: int = MAX_CONTENT_DEFAULT
@@ -113,6 +114,8 @@ class Config:
             raise ConfigError("send_backpressure must be >= 2 (queued SENDs)")
         if self.batch_min < 1 or self.batch_delay_ms < 0 or self.batch_wait_ms < 0:
             raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
+        if self.token_max_lifetime < 60:
+            raise ConfigError("token_max_lifetime must be at least 60 seconds")
         for name in ("rate", "op_rate", "typing"):
             burst = getattr(self, f"{name}_burst")
             per_s = getattr(self, f"{name}_per_s")

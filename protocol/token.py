@@ -146,11 +146,13 @@ def verify_token(
     device: str,
     now: float,
     leeway: int = TOKEN_LEEWAY_S,
+    max_lifetime: int | None = None,
 ) -> TokenClaims:
     """Check `token` for a LOGIN of (`uid`, `device`) at time `now` (Unix seconds).
 
     Returns the claims; raises `TokenError` with reason "malformed", "unknown_kid",
-    "bad_signature", "expired", "uid_mismatch" or "device_mismatch".
+    "bad_signature", "expired", "too_long" (exp more than `max_lifetime` seconds ahead,
+    plus the leeway), "uid_mismatch" or "device_mismatch".
     """
     parts = token.split(".") if len(token) <= _MAX_TOKEN_LEN else ()
     if len(parts) != 6:
@@ -177,6 +179,8 @@ def verify_token(
     exp = int(exp_s)
     if now > exp + leeway:
         raise TokenError("expired")
+    if max_lifetime is not None and exp > now + max_lifetime + leeway:
+        raise TokenError("too_long")
     if token_uid != uid:
         raise TokenError("uid_mismatch")
     if dev != device:

@@ -65,6 +65,10 @@ async def dispatch(node: Node, conn: Connection, frame: Any) -> None:
         if (held := node.log_throttle.allow(op)) is not None:
             node.log.warning("storage unavailable", op=op, error=str(e), similar_held_back=held)
         conn.error(rid, ErrorCode.UNAVAILABLE, "storage unavailable; retry later")
-    except Exception:
-        node.log.exception("handler failed", op=type(frame).__name__, conn=conn.conn_id)
+    except Exception as e:
+        op = type(frame).__name__
+        # one traceback a second per op and exception type: a client repeating a frame
+        # that trips a bug must not flood the log
+        if (held := node.log_throttle.allow(f"failed {op} {type(e).__name__}")) is not None:
+            node.log.exception("handler failed", op=op, conn=conn.conn_id, similar_held_back=held)
         conn.error(rid, ErrorCode.INTERNAL, "internal error")

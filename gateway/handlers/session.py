@@ -36,6 +36,7 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
             device=f.device,
             now=time.time(),
             leeway=cfg.token_leeway,
+            max_lifetime=cfg.token_max_lifetime,
         )
     except TokenError as e:
         node.metrics.logins.labels(result="auth_failed").inc()

@@ -33,6 +33,7 @@ FUTURE_SLACK_MS: Final = 300_000  # a since this far ahead of our clock was neve
 
 _SINCE: Final = struct.Struct(">cQ")
 _CURSOR: Final = struct.Struct(">cQQQQ")
+_I64: Final = 1 << 63
 
 
 def encode_since(ms: int) -> bytes:
@@ -55,7 +56,8 @@ def decode_cursor(value: int | str | bytes, since_ms: int) -> tuple[int, int, in
         return None
     if isinstance(value, bytes) and len(value) == _CURSOR.size:
         tag, pass_ms, c_since, active, conv_id = _CURSOR.unpack(value)
-        if tag == b"C" and c_since == since_ms:
+        # A forged cursor can carry any u64; the stores take signed 64-bit integers.
+        if tag == b"C" and c_since == since_ms and max(pass_ms, active, conv_id) < _I64:
             return pass_ms, active, conv_id
     raise RequestError(
         ErrorCode.BAD_REQUEST, "cursor was not issued for this since; restart with cursor 0"

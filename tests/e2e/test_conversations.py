@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import msgpack
 
 from gateway.server import Server
@@ -200,6 +202,13 @@ async def test_sync_lists_changes_and_pages(gw: Server) -> None:
     assert await a.error(Sync(0, "bogus", 0, 0)) == ErrorCode.BAD_REQUEST
     assert await a.error(Sync(0, 12345, 0, 0)) == ErrorCode.BAD_REQUEST
     assert await a.error(Sync(0, first.next_since, b"junk", 0)) == ErrorCode.BAD_REQUEST
+    # a forged cursor for the right since, its fields past what the stores hold
+    since_ms = struct.unpack(">cQ", first.next_since)[1]
+    for forged in (
+        struct.pack(">cQQQQ", b"C", 2**64 - 1, since_ms, 2**63, 2**64 - 1),
+        struct.pack(">cQQQQ", b"C", 1, since_ms, 1, 2**63),
+    ):
+        assert await a.error(Sync(0, first.next_since, forged, 0)) == ErrorCode.BAD_REQUEST
 
 
 async def test_sync_shows_removal_to_removed_member(gw: Server) -> None:

@@ -71,6 +71,8 @@ async def test_bad_tokens_fail_auth(gw: Server) -> None:
         "expired": sign_token(KID, SECRET, 5, "d", now - 120),
         "other uid": sign_token(KID, SECRET, 6, "d", now + 60),
         "other device": sign_token(KID, SECRET, 5, "e", now + 60),
+        "100 years": sign_token(KID, SECRET, 5, "d", now + 100 * 365 * 86_400),
+        "31 days": sign_token(KID, SECRET, 5, "d", now + 31 * 86_400),
     }
     for why, tok in bad.items():
         w = await Wire.open(gw.port)

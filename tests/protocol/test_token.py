@@ -130,6 +130,19 @@ def test_expiry_leeway_edge() -> None:
         verify_token(GOOD, RING, uid=42, device="ios-1", now=EXP + 0.5, leeway=0)
 
 
+def test_lifetime_ceiling() -> None:
+    month = 30 * 86_400
+
+    def at(now: float, ceiling: int | None = month) -> TokenClaims:
+        return verify_token(GOOD, RING, uid=42, device="ios-1", now=now, max_lifetime=ceiling)
+
+    assert at(EXP - month).exp == EXP
+    assert at(EXP - month - 60).exp == EXP  # the leeway
+    with pytest.raises(TokenError, match="too_long"):
+        at(EXP - month - 61)
+    assert at(EXP - 100 * 12 * month, None).exp == EXP  # no ceiling asked for
+
+
 def test_uid_and_device_mismatch() -> None:
     assert reason(GOOD, uid=43) == "uid_mismatch"
     assert reason(GOOD, device="ios-2") == "device_mismatch"
