@@ -47,6 +47,8 @@ class Config:
     token_max_lifetime: int = 30 * 86_400  # a token whose exp is further ahead is refused
     # Limits.
     max_frame: int = MAX_FRAME_DEFAULT
+    frame_timeout: float = 10.0  # a frame that has started must be complete within this
+    max_partial_bytes: int = 64 << 20  # unfinished frames held by all connections together
     max_content: int = MAX_CONTENT_DEFAULT
     max_connections: int = 1_000_000
     max_connections_per_ip: int = 0  # 0 = unlimited (load tests come from one IP)
@@ -114,6 +116,10 @@ class Config:
             raise ConfigError("send_backpressure must be >= 2 (queued SENDs)")
         if self.batch_min < 1 or self.batch_delay_ms < 0 or self.batch_wait_ms < 0:
             raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
+        if not (math.isfinite(self.frame_timeout) and self.frame_timeout > 0):
+            raise ConfigError("frame_timeout must be a positive number of seconds")
+        if self.max_partial_bytes < self.max_frame:
+            raise ConfigError("max_partial_bytes must hold at least one max_frame")
         if self.token_max_lifetime < 60:
             raise ConfigError("token_max_lifetime must be at least 60 seconds")
         for name in ("rate", "op_rate", "typing"):

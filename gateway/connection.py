@@ -124,26 +124,43 @@ class Connection(asyncio.Protocol):
         if data == _PING and decoder is None and self.state == State.ACTIVE:
             self.write(_PONG)  # a heartbeat alone in its read, the common case: no decoding
             return
+        held = 0
         if decoder is None:
             # Whole frames are decoded by the node's shared decoder, which then holds
             # nothing: an idle connection owns no decoder (72 bytes each). A read that
             # ends inside a frame leaves that decoder with the partial frame: this
             # connection keeps it, and the node takes a fresh one.
             decoder = node.decoder  # always clean: a partial or failed one is replaced below
+        else:
+            held = decoder.buffered
         try:
             frames = decoder.feed(data)
         except FrameError as e:
             if decoder is node.decoder:
                 node.decoder = node.new_decoder()  # a failed decoder stays failed
+            else:
+                node.partial_bytes -= held
+                self.decoder = None
             for frame in e.frames:
                 self._accept(frame)
             self.fail(e.code, str(e))
             return
-        if decoder.buffered:
+        if buffered := decoder.buffered:
+            node.partial_bytes += buffered - held
             if decoder is node.decoder:
                 self.decoder, node.decoder = decoder, node.new_decoder()
+            if self.state == State.ACTIVE and (frames or not self.deadline):
+                # the unfinished frame started in this read: it has frame_timeout
+                self.deadline = self.last_rx + node.config.frame_timeout
+                node.wheel.schedule(self, self.deadline)
+            if node.partial_bytes > node.config.max_partial_bytes:
+                self.fail(ErrorCode.BAD_FRAME, "server busy: too many unfinished frames")
+                return
         elif decoder is self.decoder:
+            node.partial_bytes -= held
             self.decoder = None  # the frame completed: back to owning none
+            if self.state == State.ACTIVE:
+                self.deadline = 0.0
         for frame in frames:
             if self.state >= State.CLOSING:
                 return
@@ -156,7 +173,9 @@ class Connection(asyncio.Protocol):
         prev = self.state
         self.state = State.CLOSED
         self.timer_at = 0.0
-        self.decoder = None
+        if self.decoder is not None:
+            self.node.partial_bytes -= self.decoder.buffered
+            self.decoder = None
         self.inbox = None
         self.node.forget(self, was_active=prev >= State.ACTIVE)
 
@@ -332,6 +351,9 @@ class Connection(asyncio.Protocol):
         if now - self.last_rx >= cfg.idle:
             self.close()
             return None
+        if self.deadline and now >= self.deadline and self.decoder is not None:
+            self.fail(ErrorCode.BAD_FRAME, f"frame not completed within {cfg.frame_timeout:g} s")
+            return None
         if self.token_deadline and now >= self.token_deadline:
             self.kick(KickReason.AUTH_REVOKED, "token expired")
             return None
@@ -345,4 +367,6 @@ class Connection(asyncio.Protocol):
         nxt = min(self.last_rx + cfg.idle, nxt_renew)
         if self.token_deadline:
             nxt = min(nxt, self.token_deadline)
+        if self.deadline:
+            nxt = min(nxt, self.deadline)
         return nxt

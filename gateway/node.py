@@ -88,6 +88,7 @@ class Node:
         self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection
         self.by_device: dict[tuple[int, str], Connection] = {}
         self.open_count = 0
+        self.partial_bytes = 0  # unfinished frames held by connections (max_partial_bytes)
         self._per_ip: dict[str, int] = {}
         # Connection ids are unique across restarts of a node with the same node id, so a
         # route left in Redis by the previous process never names a new connection.
@@ -259,6 +260,7 @@ class Node:
             old.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
         conn.route = route
         conn.state = State.ACTIVE
+        conn.deadline = 0.0  # was the login deadline; now that of an unfinished frame
         self.sessions[conn.conn_id] = conn
         self.by_device[(uid, device)] = conn
         self.metrics.sessions.inc()

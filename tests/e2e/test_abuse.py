@@ -5,7 +5,9 @@ queued, beyond it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
+import struct
 import time
 
 import pytest
@@ -96,3 +98,50 @@ async def test_requests_over_the_op_budget_are_refused_then_served_again(
     assert isinstance(await w.request(Presence(0, (2,))), PresenceResult)
     await w.send(Ping())
     assert isinstance(await w.wait_for(Pong), Pong)  # heartbeats never count
+
+
+@pytest.mark.backends("embedded")
+async def test_an_unfinished_frame_is_closed_after_frame_timeout(
+    start_gateway: StartGateway,
+) -> None:
+    """Slowloris after login: a frame started and topped up a byte at a time (each byte
+    resets the idle timer) is closed once it has been unfinished for frame_timeout."""
+    gw = await start_gateway(frame_timeout=1.0)
+    node = gw.node
+    assert node is not None
+    slow = await Wire.login(gw.port, 1, "d")
+    fine = await Wire.login(gw.port, 2, "d")
+    await slow.write(struct.pack(">I", 60_000) + b"\x96" + b"x" * 30_000)
+    started = time.monotonic()
+    closed = asyncio.create_task(slow.closed(timeout=5))
+    while not closed.done() and time.monotonic() - started < 4:
+        with contextlib.suppress(ConnectionError):
+            await slow.write(b"x")  # progress, one byte at a time
+        await fine.send(Ping())
+        assert isinstance(await fine.wait_for(Pong), Pong)
+        await asyncio.sleep(0.2)
+    frames = await closed
+    assert time.monotonic() - started < 2.5
+    assert [f.code for f in frames if isinstance(f, Error)] == [ErrorCode.BAD_FRAME]
+    assert node.partial_bytes == 0
+
+
+@pytest.mark.backends("embedded")
+async def test_unfinished_frames_are_bounded_across_the_node(
+    start_gateway: StartGateway,
+) -> None:
+    gw = await start_gateway(max_partial_bytes=100_000)
+    node = gw.node
+    assert node is not None
+    first = await Wire.login(gw.port, 1, "d")
+    second = await Wire.login(gw.port, 2, "d")
+    await first.write(struct.pack(">I", 60_000) + b"\x96" + b"x" * 59_000)
+    await asyncio.sleep(0.2)
+    assert node.partial_bytes > 50_000
+    await second.write(struct.pack(">I", 60_000) + b"\x96" + b"x" * 59_000)
+    frames = await second.closed(timeout=5)  # it would take the node past the bound
+    assert [f.code for f in frames if isinstance(f, Error)] == [ErrorCode.BAD_FRAME]
+    await first.write(b"x" * 999)  # the first one finishes its frame (a bad one: closed)
+    await first.closed(timeout=5)
+    await asyncio.sleep(0.1)
+    assert node.partial_bytes == 0
