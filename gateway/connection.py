@@ -36,6 +36,16 @@ _UNBUDGETED: Final = frozenset({Ping, Send, Login, Logout})  # SEND has its own 
 _OVER_BUDGET: Final = "too many requests; slow down"
 
 
+class Backlog:
+    """Frames for a connection whose transport is past its high-water mark."""
+
+    __slots__ = ("frames", "size")
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.size = 0
+
+
 class State(enum.IntEnum):
     AWAIT_LOGIN = 0
     LOGGING_IN = 1
@@ -173,6 +183,7 @@ class Connection(asyncio.Protocol):
         prev = self.state
         self.state = State.CLOSED
         self.timer_at = 0.0
+        self.node.backlog.pop(self, None)
         if self.decoder is not None:
             self.node.partial_bytes -= self.decoder.buffered
             self.decoder = None
@@ -180,10 +191,18 @@ class Connection(asyncio.Protocol):
         self.node.forget(self, was_active=prev >= State.ACTIVE)
 
     def pause_writing(self) -> None:
-        pass  # the hard cap in write() decides; the kernel buffer absorbs bursts
+        """The transport's buffer is past its high-water mark: frames wait in the node's
+        backlog for this connection from now on, so that the transport only ever holds
+        whole frames up to about that mark, and a slow_consumer KICK can still be sent
+        after them (the backlog is dropped instead)."""
+        if self.state < State.CLOSING and self not in self.node.backlog:
+            self.node.backlog[self] = Backlog()
 
     def resume_writing(self) -> None:
-        pass
+        backlog = self.node.backlog.pop(self, None)
+        transport = self.transport
+        if backlog and backlog.frames and transport is not None and self.state < State.CLOSING:
+            transport.writelines(backlog.frames)
 
     # -- inbound ------------------------------------------------------------------------
 
@@ -289,9 +308,14 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.state >= State.CLOSING:
             return
+        backlog = self.node.backlog
+        if backlog and (waiting := backlog.get(self)) is not None:
+            waiting.frames.append(data)  # the transport is past its high-water mark
+            waiting.size += len(data)
+            if waiting.size > self.node.config.max_write_buffer:
+                self.kick(KickReason.SLOW_CONSUMER, "write buffer full")
+            return
         transport.write(data)
-        if transport.get_write_buffer_size() > self.node.config.max_write_buffer:
-            self.kick(KickReason.SLOW_CONSUMER, "write buffer full")
 
     def send(self, frame: ServerFrame) -> None:
         self.write(encode(frame))
@@ -322,8 +346,8 @@ class Connection(asyncio.Protocol):
             return
         was = self.state
         self.state = State.CLOSING
-        cap = self.node.config.max_write_buffer
-        if last is not None and transport.get_write_buffer_size() <= cap:
+        self.node.backlog.pop(self, None)  # undelivered frames go; the last one is sent
+        if last is not None:
             transport.write(last)
         transport.close()
         self.node.closing(self, was_active=was == State.ACTIVE)

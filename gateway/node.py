@@ -17,7 +17,7 @@ import structlog
 
 from gateway.batcher import SendBatcher
 from gateway.config import Config
-from gateway.connection import Connection, State
+from gateway.connection import Backlog, Connection, State
 from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
@@ -95,6 +95,8 @@ class Node:
         self._next_conn_id = time.time_ns() // 1000
         self._renewals: list[Route] = []
         self._kicks: dict[str, list[int]] = {}  # node -> conn_ids to KICK, this iteration
+        # frames waiting for connections whose transport is past its high-water mark
+        self.backlog: dict[Connection, Backlog] = {}
         self._soon: dict[Connection, list[bytes]] = {}  # frames to write at the iteration's end
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()

@@ -9,8 +9,20 @@ import struct
 import msgpack
 
 from gateway.server import Server
-from protocol.frames import ConvOk, Error, Login, LoginOk, OpenP2P, Ping, Pong, Send, SendAck
-from protocol.ops import ErrorCode
+from protocol.frames import (
+    ConvOk,
+    Error,
+    Kick,
+    Login,
+    LoginOk,
+    OpenP2P,
+    Ping,
+    Pong,
+    Push,
+    Send,
+    SendAck,
+)
+from protocol.ops import ErrorCode, KickReason
 from tests.conftest import StartGateway
 from tests.support.wire import Wire, token
 
@@ -124,6 +136,13 @@ async def test_slow_consumer_is_kicked(start_gateway: StartGateway) -> None:
     assert gw.node.metrics.kicks.labels(reason="slow_consumer")._value.get() == 1  # type: ignore[union-attr]
     await sender.send(Ping())
     await sender.wait_for(Pong)
+    # Once it reads again it gets whole frames (the undelivered rest is dropped), then
+    # the KICK, then the close: the stream is never cut mid-frame.
+    writer.transport.resume_reading()
+    frames = await slow.closed(timeout=10)
+    assert frames and all(isinstance(f, Push) for f in frames[:-1]), frames[-3:]
+    last = frames[-1]
+    assert isinstance(last, Kick) and last.reason == KickReason.SLOW_CONSUMER, last
 
 
 async def test_interleaved_partial_frames_of_two_connections_stay_apart(gw: Server) -> None:
