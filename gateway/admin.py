@@ -1,11 +1,14 @@
 """The admin HTTP listener: GET /healthz (alive), GET /readyz (accepting), GET /metrics
 (Prometheus), POST /drain[?rate=PER_S&hint=HOST:PORT] (drain this node and exit; what
-`imgw drain --admin` calls). A deliberately tiny HTTP/1.0 responder: one request, one
+`imgw drain --admin` calls). Actions (every method but GET) need `Authorization: Bearer
+<admin_token>` when a token is configured (the config refuses a non-loopback admin
+address without one). A deliberately tiny HTTP/1.0 responder: one request, one
 response, close."""
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -15,13 +18,21 @@ if TYPE_CHECKING:
     from gateway.node import Node
 
 DrainHandler = Callable[[float | None, str | None], None]
+MAX_HEADERS = 64
 
 
 class AdminServer:
     def __init__(
-        self, node: Node, host: str, port: int, *, on_drain: DrainHandler | None = None
+        self,
+        node: Node,
+        host: str,
+        port: int,
+        *,
+        on_drain: DrainHandler | None = None,
+        token: str = "",
     ) -> None:
         self._node = node
+        self._token = token
         self._host = host
         self._port = port
         self._on_drain = on_drain
@@ -37,11 +48,25 @@ class AdminServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), timeout=5)
+            async with asyncio.timeout(5):
+                line = await reader.readline()
+                bearer = ""
+                for _ in range(MAX_HEADERS):
+                    header = (await reader.readline()).decode("latin-1").strip()
+                    if not header:
+                        break
+                    name, _, value = header.partition(":")
+                    if name.strip().lower() == "authorization":
+                        scheme, _, cred = value.strip().partition(" ")
+                        if scheme.lower() == "bearer":
+                            bearer = cred.strip()
             parts = line.decode("latin-1").split()
             method = parts[0] if parts else "GET"
             target = parts[1] if len(parts) >= 2 else "/"
-            status, ctype, body = self._route(method, target)
+            if method != "GET" and not self._authorized(bearer):
+                status, ctype, body = "401 Unauthorized", "text/plain", b"admin token needed\n"
+            else:
+                status, ctype, body = self._route(method, target)
             head = (
                 f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -52,6 +77,11 @@ class AdminServer:
             pass
         finally:
             writer.close()
+
+    def _authorized(self, bearer: str) -> bool:
+        if not self._token:
+            return True  # loopback only (see Config.validate)
+        return hmac.compare_digest(bearer.encode(), self._token.encode())
 
     def _route(self, method: str, target: str) -> tuple[str, str, bytes]:
         node = self._node

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import ipaddress
 import math
+import os
 import sys
 import time
 from collections.abc import Sequence
 from typing import Final
 
-from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, load
+from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
 from protocol.token import DEVICE_RE, KID_RE, sign_token
 
 DEV_KEY: Final = "dev:imgw-dev-secret"
@@ -48,7 +48,12 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "--admin-port", type=int, help="HTTP port for /healthz /readyz /metrics, POST /drain"
     )
     p.add_argument(
-        "--admin-host", help="admin address (default 127.0.0.1: POST /drain is unauthenticated)"
+        "--admin-host",
+        help="admin address (127.0.0.1; another needs --admin-token)",
+    )
+    p.add_argument(
+        "--admin-token",
+        help="bearer token required by the admin port's POST /drain (env IMGW_ADMIN_TOKEN)",
     )
     p.add_argument("--hb", type=int, help="heartbeat interval announced to clients, s (30)")
     p.add_argument("--idle", type=int, help="close connections silent this long, s (75)")
@@ -98,19 +103,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", help="debug, info, warning, error (info)")
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def config_from_args(args: argparse.Namespace) -> Config:
     names = [
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "admin_port",
-        "admin_host", "hb", "idle", "login_timeout", "max_frame", "max_content", "max_connections",
+        "admin_host", "admin_token", "hb", "idle", "login_timeout", "max_frame", "max_content",
+        "max_connections",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
         "batch_min", "batch_wait_ms", "batch_inflight", "shutdown_timeout", "log_format",
         "log_level", "workers",
@@ -127,7 +124,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
         if not cfg.token_keys:
-            if not _is_loopback(cfg.host):
+            if not is_loopback(cfg.host):
                 raise ConfigError(
                     f"no token keys and host {cfg.host} is not loopback: pass --token-key "
                     "KID:SECRET or set IMGW_TOKEN_KEYS"
@@ -164,7 +161,12 @@ def cmd_drain(args: argparse.Namespace) -> int:
             if args.rate is not None and not (math.isfinite(args.rate) and args.rate >= 0):
                 raise DrainError("--rate must be a finite number >= 0 (0 = all at once)")
             drain_by_admin(
-                args.admin, rate=args.rate, hint=args.hint, wait=args.wait, timeout=args.timeout
+                args.admin,
+                rate=args.rate,
+                hint=args.hint,
+                wait=args.wait,
+                timeout=args.timeout,
+                token=args.admin_token or os.environ.get("IMGW_ADMIN_TOKEN", ""),
             )
         else:
             raise DrainError("say which node: --admin HOST:PORT or --pid PID")
@@ -267,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--pid", type=int, help="the node's (or supervisor's) process id")
     drain.add_argument("--rate", type=float, help="KICKs per second (default: the node's own)")
     drain.add_argument("--hint", metavar="HOST:PORT", help="where clients should reconnect")
+    drain.add_argument(
+        "--admin-token", help="the node's admin token, with --admin (env IMGW_ADMIN_TOKEN)"
+    )
     drain.add_argument(
         "--no-wait", dest="wait", action="store_false", help="return once the drain started"
     )

@@ -4,6 +4,7 @@ file, environment variables (IMGW_<NAME>) and command-line flags."""
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import tomllib
@@ -17,6 +18,15 @@ from protocol.token import KeyRing
 
 ENV_PREFIX: Final = "IMGW_"
 DEFAULT_DATA_DIR: Final = "./imgw-data"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class ConfigError(ValueError):
@@ -82,7 +92,10 @@ class Config:
     sync_hint_spread_s: float = 5.0
     shutdown_timeout: float = 10.0
     admin_port: int = 0  # 0 = no admin HTTP listener
-    admin_host: str = "127.0.0.1"  # its address: POST /drain has no authentication
+    admin_host: str = "127.0.0.1"
+    # Bearer token for the admin port's actions (POST /drain); /healthz, /readyz and
+    # /metrics stay open. Without one the admin port must be bound to loopback.
+    admin_token: str = ""
     log_format: str = "console"  # console | json
     log_level: str = "info"
 
@@ -116,6 +129,11 @@ class Config:
             raise ConfigError("send_backpressure must be >= 2 (queued SENDs)")
         if self.batch_min < 1 or self.batch_delay_ms < 0 or self.batch_wait_ms < 0:
             raise ConfigError("need batch_min >= 1, batch_delay_ms >= 0, batch_wait_ms >= 0")
+        if self.admin_port and not self.admin_token and not is_loopback(self.admin_host):
+            raise ConfigError(
+                f"admin host {self.admin_host} is not loopback and no admin token is set: "
+                "pass --admin-token (or IMGW_ADMIN_TOKEN) so that POST /drain is authenticated"
+            )
         if not (math.isfinite(self.frame_timeout) and self.frame_timeout > 0):
             raise ConfigError("frame_timeout must be a positive number of seconds")
         if self.max_partial_bytes < self.max_frame:

@@ -30,12 +30,19 @@ def drain_by_pid(pid: int, *, wait: bool, timeout: float) -> None:
 
 
 def drain_by_admin(
-    admin: str, *, rate: float | None, hint: str | None, wait: bool, timeout: float
+    admin: str,
+    *,
+    rate: float | None,
+    hint: str | None,
+    wait: bool,
+    timeout: float,
+    token: str = "",
 ) -> None:
     host, port = _split(admin)
     params = {k: v for k, v in (("rate", rate), ("hint", hint)) if v is not None}
     target = "/drain" + (f"?{urlencode(params)}" if params else "")
-    status, body = _request(host, port, f"POST {target} HTTP/1.0\r\n\r\n")
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    status, body = _request(host, port, f"POST {target} HTTP/1.0\r\n{auth}\r\n")
     if status != 202:
         raise DrainError(f"{admin} answered {status}: {body.strip()}")
     print(f"imgw drain: {admin} is draining", file=sys.stderr)

@@ -104,7 +104,11 @@ class Server:
         )
         if cfg.admin_port:
             self._admin = AdminServer(
-                node, cfg.admin_host, cfg.admin_port, on_drain=self._drain_soon
+                node,
+                cfg.admin_host,
+                cfg.admin_port,
+                on_drain=self._drain_soon,
+                token=cfg.admin_token,
             )
             await self._admin.start()
         self.log.info(

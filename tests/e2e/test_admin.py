@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
+from gateway.config import Config, ConfigError
 from gateway.server import Server
 from protocol.frames import ConvOk, Frame, Kick, Login, OpenP2P, Pull, PullResult, Send
 from protocol.ops import KickReason
+from tests import conftest
 from tests.conftest import StartGateway
 from tests.support.proc import free_port
 from tests.support.wire import Wire, token
@@ -19,9 +22,10 @@ from tests.support.wire import Wire, token
 pytestmark = pytest.mark.backends("embedded")
 
 
-async def http(port: int, method: str, target: str) -> tuple[int, str]:
+async def http(port: int, method: str, target: str, *headers: str) -> tuple[int, str]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"{method} {target} HTTP/1.0\r\n\r\n".encode())
+    head = "".join(f"{h}\r\n" for h in headers)
+    writer.write(f"{method} {target} HTTP/1.0\r\n{head}\r\n".encode())
     raw = await asyncio.wait_for(reader.read(), timeout=5)
     writer.close()
     head, _, body = raw.decode().partition("\r\n\r\n")
@@ -126,3 +130,28 @@ async def test_pulls_answered_by_the_recent_cache_are_counted(
     assert isinstance(pulled, PullResult) and [m.seq for m in pulled.msgs] == [2, 3]
     assert "imgw_recent_cache_hits_total 1.0" in (await http(port, "GET", "/metrics"))[1]
     await alice.close()
+
+
+async def test_admin_actions_need_the_token_when_one_is_set(start_gateway: StartGateway) -> None:
+    port = free_port()
+    gw = await start_gateway(admin_port=port, admin_token="s3cret")
+    assert await http(port, "GET", "/healthz") == (200, "ok\n")  # open
+    assert (await http(port, "GET", "/metrics"))[0] == 200  # open
+    assert (await http(port, "POST", "/drain"))[0] == 401
+    assert (await http(port, "POST", "/drain", "Authorization: Bearer wrong"))[0] == 401
+    assert (await http(port, "POST", "/drain", "Authorization: Basic s3cret"))[0] == 401
+    assert gw.node is not None and gw.node.accepting  # none of them started a drain
+    assert (await http(port, "POST", "/drain", "authorization: bearer s3cret"))[0] == 202
+    async with asyncio.timeout(10):
+        while gw.node.accepting:  # noqa: ASYNC110 - a flag no event announces
+            await asyncio.sleep(0.05)
+
+
+def test_a_public_admin_address_needs_a_token(tmp_path: Path) -> None:
+    def config(**kw: object) -> Config:
+        return conftest.test_config(tmp_path, port=7070, admin_port=9100, **kw)
+
+    with pytest.raises(ConfigError, match="admin token"):
+        config(admin_host="0.0.0.0").validate()
+    config(admin_host="0.0.0.0", admin_token="t").validate()
+    config(admin_host="127.0.0.1").validate()
