@@ -22,7 +22,7 @@ from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
 from gateway.outbox import OutboxKeeper
-from gateway.ratelimit import UidRateLimiter
+from gateway.ratelimit import SharedBudgets, UidRateLimiter
 from gateway.routewatch import RouteWatch
 from gateway.wheel import TimingWheel
 from protocol.codec import encode
@@ -30,7 +30,7 @@ from protocol.decoder import FrameDecoder, Side
 from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
 from storage.models import OutboxRow, Route, StoredMessage, StoreUnavailable
-from storage.ports import Bus, ChatStore, Delivery, RouteStore
+from storage.ports import Bus, ChatStore, Delivery, RateBudgets, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
 MISSED_RETRY_S: Final = 1.0
@@ -47,6 +47,7 @@ class Node:
         store: ChatStore,
         routes: RouteStore,
         bus: Bus,
+        budgets: RateBudgets | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.config = config
@@ -72,6 +73,16 @@ class Node:
         )
         self.typing_limiter = UidRateLimiter(
             burst=config.typing_burst, rate=config.typing_per_s, clock=self.loop.time
+        )
+        self.shared_budgets = (
+            None
+            if budgets is None
+            else SharedBudgets(
+                budgets,
+                {"send": self.limiter, "ops": self.op_limiter},
+                now_ms=store.now_ms,
+                log=self.log,
+            )
         )
         self.batcher = SendBatcher(
             store,
@@ -133,6 +144,8 @@ class Node:
     async def start(self) -> None:
         await self.bus.start(self.node_id, self._on_bus, self._on_bus_resume)
         await self.route_watch.start()
+        if self.shared_budgets is not None:
+            self.shared_budgets.start()
         if self.outbox is not None:
             await self.outbox.start()
         self.wheel.start()
@@ -448,6 +461,8 @@ class Node:
         """Stop the node's timers and background retries (at the end of a shutdown)."""
         self.wheel.stop()
         self.route_watch.stop()
+        if self.shared_budgets is not None:
+            self.shared_budgets.stop()
         if self.outbox is not None:
             self.outbox.stop()
         if self._missed_task is not None:

@@ -1,19 +1,29 @@
 """Token buckets per uid: bursts of `burst`, `rate` per second sustained. A node has
-three: SEND, every other op that makes work (the op budget), and TYPING."""
+three: SEND, every other op that makes work (the op budget), and TYPING. With a shared
+cache the first two are also reconciled across nodes once a second (`SharedBudgets`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from storage.ports import RateBudgets
 
 
 class UidRateLimiter:
-    __slots__ = ("_buckets", "_burst", "_clock", "_rate")
+    __slots__ = ("_buckets", "_burst", "_clock", "_rate", "burst", "rate", "spent")
 
     def __init__(self, *, burst: int, rate: float, clock: Callable[[], float]) -> None:
+        self.burst = burst
+        self.rate = rate
         self._burst = float(burst)
         self._rate = rate
         self._clock = clock
         self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, at)
+        # tokens taken per uid since the last report to the shared budgets (None: not
+        # shared; SharedBudgets sets it)
+        self.spent: dict[int, int] | None = None
 
     def take(self, uid: int) -> bool:
         """Consume one token if there is one; a refused send consumes nothing."""
@@ -24,6 +34,8 @@ class UidRateLimiter:
             self._buckets[uid] = (tokens, now)
             return False
         self._buckets[uid] = (tokens - 1.0, now)
+        if (spent := self.spent) is not None:
+            spent[uid] = spent.get(uid, 0) + 1
         return True
 
     def refund(self, uid: int) -> None:
@@ -31,6 +43,16 @@ class UidRateLimiter:
         entry = self._buckets.get(uid)
         if entry is not None:
             self._buckets[uid] = (min(self._burst, entry[0] + 1.0), entry[1])
+        if (spent := self.spent) is not None and (n := spent.get(uid)) is not None:
+            spent[uid] = n - 1
+
+    def lower_to(self, uid: int, level: float) -> None:
+        """The uid's shared bucket (all nodes) is at `level`: never hold more here."""
+        now = self._clock()
+        tokens, at = self._buckets.get(uid, (self._burst, now))
+        tokens = min(self._burst, tokens + (now - at) * self._rate)
+        if level < tokens:
+            self._buckets[uid] = (level, now)
 
     def prune(self) -> None:
         """Forget buckets that have refilled completely (they equal a fresh bucket)."""
@@ -39,3 +61,62 @@ class UidRateLimiter:
         stale = [uid for uid, (_, at) in self._buckets.items() if now - at >= full]
         for uid in stale:
             del self._buckets[uid]
+
+
+class SharedBudgets:
+    """Once a second, report what each uid spent on this node's limiters to the shared
+    budgets (storage/redis/budgets.py) and lower the local buckets to the shared levels,
+    so that a uid on several nodes (or several workers) gets one budget, not one per
+    node; it can overdraw by at most one period's worth per node."""
+
+    def __init__(
+        self,
+        budgets: RateBudgets,
+        limiters: Mapping[str, UidRateLimiter],
+        *,
+        now_ms: Callable[[], int],
+        log: Any,
+        every_s: float = 1.0,
+    ) -> None:
+        self._budgets = budgets
+        self._limiters = limiters
+        self._now_ms = now_ms
+        self._log = log
+        self._every_s = every_s
+        self._task: asyncio.Task[None] | None = None
+        for limiter in limiters.values():
+            limiter.spent = {}
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._every_s)
+            try:
+                await self.report()
+            except Exception as e:  # Redis trouble: local limits still hold
+                self._log.warning("shared rate budgets not reported", error=repr(e))
+
+    async def report(self) -> None:
+        for kind, limiter in self._limiters.items():
+            spent = {uid: n for uid, n in (limiter.spent or {}).items() if n > 0}
+            limiter.spent = {}
+            if not spent:
+                continue
+            try:
+                levels = await self._budgets.spend(
+                    kind, spent, burst=limiter.burst, rate=limiter.rate, now_ms=self._now_ms()
+                )
+            except Exception:
+                again = limiter.spent
+                for uid, n in spent.items():  # report it next time
+                    again[uid] = again.get(uid, 0) + n
+                raise
+            for uid, level in levels.items():
+                limiter.lower_to(uid, level)

@@ -82,6 +82,7 @@ class Server:
             store=self.backends.store,
             routes=self.backends.routes,
             bus=self.backends.bus,
+            budgets=self.backends.budgets,
         )
         await node.start()
         node.max_connections = connection_cap(cfg.max_connections, nofile)

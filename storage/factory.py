@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
 from storage.embedded import EmbeddedStore, LocalBus, MemoryRouteStore
-from storage.ports import Bus, ChatStore, RouteStore
+from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
 from storage.snowflake import Snowflake
 
 
@@ -25,6 +25,7 @@ class Backends:
     store: ChatStore
     routes: RouteStore
     bus: Bus
+    budgets: RateBudgets | None = None  # shared rate budgets (with a shared cache)
 
 
 def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
@@ -55,8 +56,10 @@ def open_backends(
     cache_scheme = urlsplit(cache_url).scheme
     cache = None
     recent = None
+    budgets: RateBudgets | None = None
     if cache_scheme in ("redis", "rediss"):
         from storage.redis import RedisCache, RedisRouteStore, redis_from_url
+        from storage.redis.budgets import RedisRateBudgets
         from storage.redis.recent import RecentCache
 
         try:
@@ -66,6 +69,7 @@ def open_backends(
         routes: RouteStore = RedisRouteStore(client, prefix=prefix)
         cache = RedisCache(client, prefix=prefix)
         recent = RecentCache(client, prefix=prefix)
+        budgets = RedisRateBudgets(client, prefix=prefix)
     elif cache_scheme == "memory":
         routes = MemoryRouteStore()
     else:
@@ -104,4 +108,4 @@ def open_backends(
         raise BackendError(
             f"unsupported bus {bus_url!r}: use local:// or amqp://user:pw@host:5672/vhost"
         )
-    return Backends(store, routes, bus)
+    return Backends(store, routes, bus, budgets)

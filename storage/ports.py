@@ -10,7 +10,7 @@ the authoritative store raises `StoreUnavailable` and commits nothing.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol
 
 from storage.models import (
@@ -179,6 +179,17 @@ class Outbox(Protocol):
 
     async def release(self, node: str, me: str) -> bool:
         """Drop the lease of a dead node claimed by `me` if it owes nothing any more."""
+        ...
+
+
+class RateBudgets(Protocol):
+    """Per-uid token buckets shared by every node (storage/redis/budgets.py)."""
+
+    async def spend(
+        self, kind: str, spent: Mapping[int, int], *, burst: int, rate: float, now_ms: int
+    ) -> dict[int, float]:
+        """Take `spent` tokens per uid off the shared buckets of `kind`; the levels after
+        (negative: overdrawn across nodes)."""
         ...
 
 

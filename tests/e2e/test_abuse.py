@@ -145,3 +145,35 @@ async def test_unfinished_frames_are_bounded_across_the_node(
     await first.closed(timeout=5)
     await asyncio.sleep(0.1)
     assert node.partial_bytes == 0
+
+
+@pytest.mark.backends("production")
+async def test_the_send_rate_limit_holds_across_nodes(start_gateway: StartGateway) -> None:
+    """One uid sending flat out on two nodes that share Redis gets about one budget
+    (burst 20 + 10/s), not one per node: each node reports its spending once a second
+    and lowers its buckets to the shared level."""
+    limits = {"rate_burst": 20, "rate_per_s": 10.0}
+    a = await start_gateway(node_id="node-a", **limits)
+    b = await start_gateway(node_id="node-b", **limits)
+    on_a = await Wire.login(a.port, 1, "phone")
+    on_b = await Wire.login(b.port, 1, "laptop")
+    g = await on_a.request(GroupCreate(0, "g", (2,)))
+    assert isinstance(g, ConvOk)
+
+    async def flat_out(w: Wire, tag: str, until: float) -> int:
+        acked = i = 0
+        while time.monotonic() < until:
+            reply = await w.request(Send(0, g.conv_id, f"{tag}{i}", 1, b"x"))
+            i += 1
+            if isinstance(reply, SendAck):
+                acked += 1
+            else:
+                assert isinstance(reply, Error) and reply.code == ErrorCode.RATE_LIMITED
+                await asyncio.sleep(0.01)
+        return acked
+
+    until = time.monotonic() + 4.0
+    acked = sum(await asyncio.gather(flat_out(on_a, "a", until), flat_out(on_b, "b", until)))
+    # one budget: 20 + 10/s x 4 s = 60, plus what each node allows before its next
+    # report (~1 s); one per node would be 2 x 60 = 120
+    assert 40 <= acked <= 90, acked

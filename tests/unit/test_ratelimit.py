@@ -41,3 +41,21 @@ def test_prune_forgets_full_buckets_only() -> None:
     clock.t = 1.2
     rl.prune()
     assert list(rl._buckets) == [2]
+
+
+def test_spending_is_recorded_only_when_shared_and_the_shared_level_lowers_the_bucket() -> None:
+    t = [0.0]
+    rl = UidRateLimiter(burst=5, rate=1.0, clock=lambda: t[0])
+    assert rl.take(1) and rl.spent is None  # not shared: nothing recorded
+    rl.spent = {}
+    assert rl.take(1) and rl.take(1)
+    rl.refund(1)
+    assert rl.spent == {1: 1}
+    rl.lower_to(1, -2.0)  # overdrawn on other nodes
+    assert not rl.take(1)
+    t[0] = 2.5  # refills from -2 at 1/s: 0.5 after 2.5 s, a token after 3 s
+    assert not rl.take(1)
+    t[0] = 3.0
+    assert rl.take(1)
+    rl.lower_to(1, 10.0)  # a level above ours never raises it
+    assert not rl.take(1)
