@@ -13,9 +13,10 @@ import functools
 import os
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgpack
 
@@ -69,6 +70,9 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+MEMBER_CACHE_ROWS: Final = 500_000  # member rows cached at most (~100 B each)
+
+
 class _Members:
     """A conversation's member rows, current and former, in join order."""
 
@@ -104,8 +108,11 @@ class EmbeddedStore:
         self._ckpt_running = False
         self._seqs: dict[int, int] = {}  # writer thread only
         self._seq_undo: dict[int, int | None] = {}  # this transaction's seqs before it
-        self._members: dict[int, _Members] = {}  # event loop only
-        self._member_gen: dict[int, int] = {}
+        # Member rows of recently used conversations (event loop only), least recently
+        # used first, at most MEMBER_CACHE_ROWS rows in all.
+        self._members: OrderedDict[int, _Members] = OrderedDict()
+        self._member_rows = 0
+        self._member_writes = 0  # membership writes so far: a read racing one is not cached
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -306,10 +313,11 @@ class EmbeddedStore:
     async def _load_members(self, conv_id: int) -> _Members:
         cached = self._members.get(conv_id)
         if cached is not None:
+            self._members.move_to_end(conv_id)
             return cached
         if conv_id > _I64_MAX:
             return _Members({})
-        gen = self._member_gen.get(conv_id, 0)
+        gen = self._member_writes
 
         def q() -> list[tuple[int, int, int | None]]:
             assert self._rconn is not None
@@ -323,13 +331,19 @@ class EmbeddedStore:
         members = _Members(
             {_u(uid): Membership(conv_id, _u(uid), j, left) for uid, j, left in rows}
         )
-        if rows and self._member_gen.get(conv_id, 0) == gen:  # no write raced this read
-            self._members[conv_id] = members
+        if rows and self._member_writes == gen and conv_id not in self._members:
+            self._members[conv_id] = members  # no write raced this read
+            self._member_rows += len(rows)
+            while self._member_rows > MEMBER_CACHE_ROWS:
+                _, old = self._members.popitem(last=False)
+                self._member_rows -= len(old.rows)
         return members
 
     def _invalidate_members(self, conv_id: int) -> None:
-        self._members.pop(conv_id, None)
-        self._member_gen[conv_id] = self._member_gen.get(conv_id, 0) + 1
+        gone = self._members.pop(conv_id, None)
+        if gone is not None:
+            self._member_rows -= len(gone.rows)
+        self._member_writes += 1
 
     async def get_membership(self, conv_id: int, uid: int) -> Membership | None:
         return (await self._load_members(conv_id)).rows.get(uid)
