@@ -73,6 +73,10 @@ class Config:
     op_rate_per_s: float = 100.0
     typing_burst: int = 3
     typing_per_s: float = 2.0
+    # Quotas: groups a uid may create a day, and conversations a uid may be a member of
+    # (checked when a group is created or members are added).
+    groups_per_day: int = 100
+    max_conversations: int = 10_000
     # Send batcher.
     batch_max: int = 512
     batch_delay_ms: float = 2.0  # a batch's wait at low rates, where waiting gathers nothing
@@ -138,6 +142,8 @@ class Config:
             raise ConfigError("frame_timeout must be a positive number of seconds")
         if self.max_partial_bytes < self.max_frame:
             raise ConfigError("max_partial_bytes must hold at least one max_frame")
+        if self.groups_per_day < 1 or self.max_conversations < 1:
+            raise ConfigError("need groups_per_day >= 1 and max_conversations >= 1")
         if self.token_max_lifetime < 60:
             raise ConfigError("token_max_lifetime must be at least 60 seconds")
         for name in ("rate", "op_rate", "typing"):

@@ -74,12 +74,15 @@ class Node:
         self.typing_limiter = UidRateLimiter(
             burst=config.typing_burst, rate=config.typing_per_s, clock=self.loop.time
         )
+        self.group_limiter = UidRateLimiter(
+            burst=config.groups_per_day, rate=config.groups_per_day / 86_400, clock=self.loop.time
+        )
         self.shared_budgets = (
             None
             if budgets is None
             else SharedBudgets(
                 budgets,
-                {"send": self.limiter, "ops": self.op_limiter},
+                {"send": self.limiter, "ops": self.op_limiter, "groups": self.group_limiter},
                 now_ms=store.now_ms,
                 log=self.log,
             )
@@ -342,6 +345,7 @@ class Node:
             self.limiter.prune()
             self.op_limiter.prune()
             self.typing_limiter.prune()
+            self.group_limiter.prune()
             self.spawn(self._maintain())
 
     async def _maintain(self) -> None:

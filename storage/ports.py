@@ -131,6 +131,10 @@ class ChatStore(Protocol):
         """Those of `others` that share a current conversation with `uid`."""
         ...
 
+    async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
+        """How many conversations each uid is a member of now (uids in none omitted)."""
+        ...
+
     def now_ms(self) -> int:
         """The store's clock, the one that stamps server_ms and activity times."""
         ...

@@ -393,3 +393,6 @@ class ProductionStore:
 
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
         return await self.mysql.shared_with(uid, others)
+
+    async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
+        return await self.mysql.conversation_counts(uids)

@@ -411,6 +411,8 @@ async def workload(api: Calls, data: Data) -> dict[str, Any]:
     assert await api.get_membership(data.group, data.group_member) is not None
     assert data.group_member in await api.member_uids(data.group)
     assert await api.member_uids(data.group + 1)
+    counts = await api.conversation_counts([a, b, HEAVY_UID, data.group_member])
+    assert counts[a] >= 2 and counts[HEAVY_UID] >= 1
 
     # SEND: one batch across conversations, with a resend of a preloaded message, an
     # in-batch duplicate and a sender that is no longer a member

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from gateway.handlers.base import RequestError, require_member
@@ -32,12 +33,30 @@ async def open_p2p(node: Node, conn: Connection, f: OpenP2P) -> None:
     conn.send(ConvOk(f.rid, conv_id))
 
 
+async def _check_room(node: Node, uids: Sequence[int]) -> None:
+    """Every uid joining may be in one conversation more (max_conversations)."""
+    cap = node.config.max_conversations
+    counts = await node.store.conversation_counts(uids)
+    full = sorted(u for u, n in counts.items() if n >= cap)
+    if full:
+        shown = ", ".join(map(str, full[:10]))
+        raise RequestError(
+            ErrorCode.FORBIDDEN, f"in {cap} conversations already (the most allowed): {shown}"
+        )
+
+
 async def group_create(node: Node, conn: Connection, f: GroupCreate) -> None:
     if len(f.title.encode()) > TITLE_MAX_BYTES:
         raise RequestError(ErrorCode.BAD_REQUEST, f"title over {TITLE_MAX_BYTES} bytes")
     members = list(dict.fromkeys([conn.uid, *f.uids]))
     if len(members) > GROUP_MAX_MEMBERS:
         raise RequestError(ErrorCode.BAD_REQUEST, f"groups hold at most {GROUP_MAX_MEMBERS}")
+    await _check_room(node, members)
+    if not node.group_limiter.take(conn.uid):
+        raise RequestError(
+            ErrorCode.RATE_LIMITED,
+            f"at most {node.config.groups_per_day} new groups a day; try again later",
+        )
     conv_id, created = await node.store.create_group(conn.uid, f.title, members)
     conn.send(ConvOk(f.rid, conv_id))
     node.fanout(created)
@@ -65,6 +84,8 @@ async def group_members(node: Node, conn: Connection, f: GroupMembers) -> None:
     new = {u for u in f.add if u not in present}
     if len(present) + len(new) > GROUP_MAX_MEMBERS:
         raise RequestError(ErrorCode.BAD_REQUEST, f"groups hold at most {GROUP_MAX_MEMBERS}")
+    if new:
+        await _check_room(node, sorted(new))
     try:  # checked again under the group's lock: concurrent adds can't overshoot
         change = await node.store.change_members(
             f.conv_id, conn.uid, f.add, f.remove, max_members=GROUP_MAX_MEMBERS

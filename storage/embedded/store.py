@@ -679,6 +679,23 @@ class EmbeddedStore:
         out = [SyncRow(r[0], r[1], r[2], r[3], r[4], r[7], r[5], bool(r[6])) for r in rows[:limit]]
         return SyncPage(out, len(rows) > limit)
 
+    async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
+        wanted = sorted(set(uids))
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+
+        def q() -> dict[int, int]:
+            assert self._rconn is not None
+            rows = self._rconn.execute(
+                "SELECT uid, COUNT(*) FROM im_conv_member "
+                f"WHERE uid IN ({marks}) AND left_seq IS NULL GROUP BY uid",
+                tuple(map(_s, wanted)),
+            ).fetchall()
+            return {_u(u): int(n) for u, n in rows}
+
+        return await self._r(q)
+
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
         if not others:
             return set()

@@ -1071,6 +1071,20 @@ class MySQLStore:
                 k += 1
         return counts
 
+    async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
+        if not uids:
+            return {}
+        listed = sql.ints(set(uids))
+
+        async def q(cur: Cursor) -> dict[int, int]:
+            await cur.execute(
+                "SELECT uid, COUNT(*) FROM im_conv_member "
+                f"WHERE uid IN ({listed}) AND left_seq IS NULL GROUP BY uid"
+            )
+            return {int(u): int(n) for u, n in await cur.fetchall()}
+
+        return await self._run(q, tx=False)
+
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
         if not others:
             return set()

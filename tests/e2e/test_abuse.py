@@ -18,6 +18,8 @@ from protocol.frames import (
     ConvOk,
     Error,
     GroupCreate,
+    GroupMembers,
+    Ok,
     Ping,
     Pong,
     Presence,
@@ -177,3 +179,22 @@ async def test_the_send_rate_limit_holds_across_nodes(start_gateway: StartGatewa
     # one budget: 20 + 10/s x 4 s = 60, plus what each node allows before its next
     # report (~1 s); one per node would be 2 x 60 = 120
     assert 40 <= acked <= 90, acked
+
+
+async def test_group_quotas(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(groups_per_day=2, max_conversations=3)
+    one = await Wire.login(gw.port, 1, "d")
+    three = await Wire.login(gw.port, 3, "d")
+    for title in ("a", "b"):
+        assert isinstance(await one.request(GroupCreate(0, title, (2,))), ConvOk)
+    # a third group of the day is refused, and creates nothing
+    assert await one.error(GroupCreate(0, "c", (5,))) == ErrorCode.RATE_LIMITED
+    g = await three.request(GroupCreate(0, "d", (2,)))  # uid 2 is now in 3 conversations
+    assert isinstance(g, ConvOk)
+    assert await three.error(GroupCreate(0, "e", (2, 4))) == ErrorCode.FORBIDDEN
+    other = await three.request(GroupCreate(0, "f", (4,)))
+    assert isinstance(other, ConvOk)
+    assert await three.error(GroupMembers(0, other.conv_id, (2,), ())) == ErrorCode.FORBIDDEN
+    assert isinstance(await three.request(GroupMembers(0, other.conv_id, (5,), ())), Ok)
+    counts = await gw.node.store.conversation_counts([1, 2, 3, 5, 9])  # type: ignore[union-attr]
+    assert counts == {1: 2, 2: 3, 3: 2, 5: 1}
