@@ -128,7 +128,10 @@ class ChatStore(Protocol):
         ...
 
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
-        """Those of `others` that share a current conversation with `uid`."""
+        """Those of `others` whose presence `uid` may see: they share a current
+        conversation with `uid` and have shown up in it (read up to at least their
+        first visible seq, or own it). Opening a p2p with a stranger, or adding one to a
+        group, shows nothing of them."""
         ...
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:

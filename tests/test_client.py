@@ -284,7 +284,13 @@ async def test_connect_and_login(gateway: Gateway) -> None:
 async def test_logout_takes_the_device_offline(gateway: Gateway) -> None:
     u1, u2 = new_uid(), new_uid()
     async with make_client(gateway.addr, u1) as watcher, make_client(gateway.addr, u2) as c:
-        await watcher.open_p2p(u2)  # presence answers about contacts only
+        conv = await watcher.open_p2p(u2)  # presence answers about contacts only:
+        ack = await watcher.send(conv, b"hi")
+        await c.read(conv, ack.seq)  # those who have shown up in a shared conversation
+        for _ in range(50):  # MySQL + Redis: read positions reach MySQL within a second
+            if await watcher.presence([u2]) == {u2: ["d"]}:
+                break
+            await asyncio.sleep(0.1)
         assert await watcher.presence([u2]) == {u2: ["d"]}
         await c.logout()
         assert c.end_reason is not None and not c.connected

@@ -480,7 +480,10 @@ async def workload(api: Calls, data: Data) -> dict[str, Any]:
     )
 
     # presence visibility (receipts), housekeeping
-    assert await api.shared_with(a, [b, c, f, 99_999]) == {b, c}
+    await api.set_read(group, c, 2)  # c shows up in the group; b has not
+    # a owns the group (seen by its members); c read in it
+    assert await api.shared_with(b, [a, c, f, 99_999]) == {a, c}
+    assert await api.shared_with(a, [b, c, f, 99_999]) == {c}
     await api.maintain()
     return {"p2p": p2p, "group": group, "b": b}
 

@@ -795,9 +795,11 @@ def test_duplicate_login_kicks_older(login: Callable[..., Conn]) -> None:
     assert len(frames) == 1, frames
     new.send([PING])
     assert new.expect_op(PONG) == [PONG]
-    # The newer connection is the one online.
-    asker = login()
-    open_p2p(asker, uid)
+    # The newer connection is the one online. (Presence shows those who have shown up
+    # in a conversation shared with the asker: here, the owner of a group it is in.)
+    asker_uid = new_uid()
+    asker = login(asker_uid)
+    group_create(new, "g", [asker_uid])
     f = asker.call(PRESENCE, [uid])
     assert f[2] == [[uid, ["tab"]]], f
 
@@ -805,8 +807,8 @@ def test_duplicate_login_kicks_older(login: Callable[..., Conn]) -> None:
 def test_logout_closes_and_removes_route(login: Callable[..., Conn]) -> None:
     a = login()
     b = login(device="laptop")
-    assert b.uid is not None
-    open_p2p(a, b.uid)
+    assert a.uid is not None and b.uid is not None
+    group_create(b, "g", [a.uid])  # b owns a group a is in: a sees b's presence
     assert a.call(PRESENCE, [b.uid])[2] == [[b.uid, ["laptop"]]]
     b.send([LOGOUT])
     frames = b.expect_closed()
@@ -1304,12 +1306,13 @@ def test_typing(login: Callable[..., Conn]) -> None:
 def test_presence(login: Callable[..., Conn]) -> None:
     a = login()
     bob_uid = new_uid()
-    login(bob_uid, "phone")
+    bob = login(bob_uid, "phone")
     login(bob_uid, "laptop")
     stranger = login()
     offline_contact = new_uid()
     assert a.uid is not None and stranger.uid is not None
-    open_p2p(a, bob_uid)
+    group_create(bob, "bob's", [a.uid])  # bob shows up: he owns a group a is in
+    open_p2p(a, stranger.uid)  # opening a p2p with a stranger shows nothing of them
     open_p2p(a, offline_contact)
     f = a.call(PRESENCE, [bob_uid, stranger.uid, offline_contact, bob_uid, a.uid])
     assert f[0] == PRESENCE_RESULT and len(f) == 3, f
@@ -1403,8 +1406,12 @@ def test_groups(login: Callable[..., Conn]) -> None:
     _, rows = sync_all(m2)
     row = rows_by_conv(rows)[conv]
     assert row[7] is False and row[2] == removed[2], row
-    # Presence counts only current memberships.
+    # Presence counts only current memberships, and only members who have shown up
+    # (read in the group): the joiner is seen once it has read its "added" message.
     assert m1.call(PRESENCE, [m2_uid])[2] == [[m2_uid, []]]
+    assert m1.call(PRESENCE, [j_uid])[2] == [[j_uid, []]]
+    joiner.send([READ, conv, added[2]])
+    sync_all(joiner)  # a request after it: the READ has been handled
     assert m1.call(PRESENCE, [j_uid])[2] == [[j_uid, ["d1"]]]
 
     # GROUP_MEMBERS / GROUP_INFO on a p2p conversation.

@@ -705,8 +705,10 @@ class EmbeddedStore:
             assert self._rconn is not None
             rows = self._rconn.execute(
                 "SELECT DISTINCT b.uid FROM im_conv_member a JOIN im_conv_member b "
-                "ON a.conv_id = b.conv_id WHERE a.uid=? AND a.left_seq IS NULL "
-                f"AND b.left_seq IS NULL AND b.uid IN ({marks})",
+                "ON a.conv_id = b.conv_id JOIN im_conversation c ON c.conv_id = a.conv_id "
+                "WHERE a.uid=? AND a.left_seq IS NULL "
+                f"AND b.left_seq IS NULL AND b.uid IN ({marks}) "
+                "AND (b.read_seq >= b.joined_seq OR c.owner_uid = b.uid)",
                 (_s(uid), *map(_s, others)),
             ).fetchall()
             return {_u(r[0]) for r in rows}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 
 import msgpack
@@ -154,14 +155,32 @@ async def test_typing_goes_to_others_only(gw: Server) -> None:
 
 async def test_presence_only_for_contacts(gw: Server) -> None:
     a = await Wire.login(gw.port, 1, "phone")
-    await Wire.login(gw.port, 2, "phone")
+    b = await Wire.login(gw.port, 2, "phone")
     await Wire.login(gw.port, 2, "web")
     await Wire.login(gw.port, 3, "phone")  # online, but no shared conversation
-    await a.request(OpenP2P(0, 2))
+    p2p = await conv_of(await a.request(OpenP2P(0, 2)))
     await a.request(OpenP2P(0, 4))  # a contact who is offline
+    # Opening a p2p with someone shows nothing of them until they show up in it.
     res = await a.request(Presence(0, (2, 3, 4, 1, 2)))
     assert isinstance(res, PresenceResult)
+    assert res.entries == ((2, ()), (3, ()), (4, ()), (1, ("phone",)))
+    ack = await send(a, p2p, "hi")
+    await b.send(Read(p2p, ack.seq))  # uid 2 reads: now a contact
+    for _ in range(50):  # the production store flushes read positions to MySQL each second
+        res = await a.request(Presence(0, (2, 3, 4, 1, 2)))
+        assert isinstance(res, PresenceResult)
+        if res.entries[0] != (2, ()):
+            break
+        await asyncio.sleep(0.1)
     assert res.entries == ((2, ("phone", "web")), (3, ()), (4, ()), (1, ("phone",)))
+    # the owner of a group is seen by its members, a member the owner added is not
+    g = await conv_of(await a.request(GroupCreate(0, "g", (3,))))
+    c = await Wire.login(gw.port, 3, "web")
+    seen = await c.request(Presence(0, (1,)))
+    assert isinstance(seen, PresenceResult) and seen.entries == ((1, ("phone",)),)
+    res = await a.request(Presence(0, (3,)))
+    assert isinstance(res, PresenceResult) and res.entries == ((3, ()),)
+    assert g > 0
 
 
 async def test_sync_lists_changes_and_pages(gw: Server) -> None:
