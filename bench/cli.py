@@ -72,6 +72,12 @@ def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:
         "--per-proc", type=int, default=15_000, help="connections per generator process (15000)"
     )
     p.add_argument("--sock-buf", type=int, default=4096, help="generator socket buffers (4096)")
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect with TLS (with --spawn-gateway the bench makes a test certificate; "
+        "the generators do not verify it)",
+    )
 
 
 def _rates(p: argparse.ArgumentParser, rate: float) -> None:

@@ -105,11 +105,11 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     n = args.connections
     fleet = Fleet(
         connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb,
-        sock_buf=args.sock_buf, timeout_s=args.timeout,
+        sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout,
     )  # fmt: skip
     result: dict[str, Any] = {
         "connections_target": n, "ramp_per_s": args.ramp, "hold_s": args.hold,
-        "heartbeat_s": args.hb, "generator_procs": fleet.procs_n,
+        "heartbeat_s": args.hb, "generator_procs": fleet.procs_n, "tls": args.tls,
     }  # fmt: skip
     run.sample(force=True)
     base_rss = run.sampler.latest_rss("gateway")
@@ -171,7 +171,7 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     fleet = Fleet(
         connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb, sync=True,
         reconnect=True, backoff_base_s=args.backoff_base, backoff_cap_s=args.backoff_cap,
-        sock_buf=args.sock_buf, timeout_s=args.timeout,
+        sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout,
     )  # fmt: skip
     result: dict[str, Any] = {
         "connections_target": n, "how": args.how,

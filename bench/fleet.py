@@ -53,11 +53,13 @@ class Fleet:
         backoff_base_s: float = 0.5,
         backoff_cap_s: float = 30.0,
         sock_buf: int = 4096,
+        tls: bool = False,
         timeout_s: float,
     ) -> None:
         if per_proc > MAX_PER_PROC:
             raise BenchError(f"--per-proc must be <= {MAX_PER_PROC} (20,000 files a process)")
         self.connections = connections
+        self.tls = tls
         self.procs_n = max(1, math.ceil(connections / per_proc))
         self.ramp = ramp
         self.hb_s = hb_s
@@ -91,7 +93,7 @@ class Fleet:
                 hb_s=self.hb_s, sync=self.sync, reconnect=self.reconnect,
                 backoff_base_s=self.backoff[0], backoff_cap_s=self.backoff[1],
                 max_pending=max(50, min(2000, int(self.ramp / self.procs_n))),
-                sock_buf=self.sock_buf, deadline_ns=deadline_ns,
+                sock_buf=self.sock_buf, deadline_ns=deadline_ns, tls=self.tls,
             )  # fmt: skip
             uid0 += n
             parent_end, child_end = self.ctx.Pipe()

@@ -26,6 +26,7 @@ import contextlib
 import errno
 import random
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -74,6 +75,7 @@ class HolderSpec:
     max_pending: int  # connects in flight at once
     sock_buf: int
     deadline_ns: int  # monotonic
+    tls: bool = False  # connect with TLS (certificate not verified: a bench on loopback)
 
 
 class Held(asyncio.Protocol):
@@ -115,6 +117,11 @@ class Holders:
     """The connections of one process."""
 
     def __init__(self, spec: HolderSpec, out: Any) -> None:
+        self.tls: ssl.SSLContext | None = None
+        if spec.tls:
+            self.tls = ssl.create_default_context()
+            self.tls.check_hostname = False
+            self.tls.verify_mode = ssl.CERT_NONE
         self.spec = spec
         self.out = out
         self.loop = asyncio.get_running_loop()
@@ -181,8 +188,9 @@ class Holders:
             self.next_port = FIRST_PORT + (port - FIRST_PORT + 1) % PORTS
             try:
                 transport, _ = await self.loop.create_connection(
-                    lambda: conn, spec.host, spec.port, local_addr=(spec.src_ip, port)
-                )
+                    lambda: conn, spec.host, spec.port, local_addr=(spec.src_ip, port),
+                    ssl=self.tls,
+                )  # fmt: skip
                 return transport
             except OSError as e:
                 # EADDRNOTAVAIL: the port is this process's own live connection (the

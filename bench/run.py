@@ -15,6 +15,24 @@ from bench.common import BenchError, Gateway, GatewaySpec, Sampler, find_pid, lo
 from bench.fleet import FleetView
 
 
+def test_certificate(workdir: Path) -> list[str]:
+    """A throwaway CA-signed certificate for 127.0.0.1 in `workdir`; the `imgw serve`
+    arguments that use it."""
+    try:
+        import trustme
+    except ImportError as e:
+        raise BenchError(
+            "--tls with --spawn-gateway makes a test certificate with trustme: "
+            "pip install trustme (./scripts/test installs it), or run your own TLS "
+            "gateway and pass --addr"
+        ) from e
+    cert = trustme.CA().issue_cert("127.0.0.1", "localhost")
+    chain, key = workdir / "tls-chain.pem", workdir / "tls-key.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(chain))
+    cert.private_key_pem.write_to_path(str(key))
+    return ["--tls-cert", str(chain), "--tls-key", str(key)]
+
+
 class Run:
     def __init__(self, args: argparse.Namespace, workers: int) -> None:
         self.args = args
@@ -28,10 +46,13 @@ class Run:
         self.preloaded: dict[str, Any] | None = None
         if args.spawn_gateway:
             self.kid, self.secret = "bench", secrets.token_hex(16)
+            extra = list(args.gateway_arg)
+            if getattr(args, "tls", False):
+                extra += test_certificate(self.workdir)
             spec = GatewaySpec(
                 store=args.store, cache=args.cache or "memory://", bus=args.bus or "local://",
                 workers=workers, shards=args.shards, hb=args.gateway_hb,
-                idle=args.gateway_idle, extra=list(args.gateway_arg), keep_data=args.keep_data,
+                idle=args.gateway_idle, extra=extra, keep_data=args.keep_data,
                 preload=getattr(args, "volume", None),
             )  # fmt: skip
             self.gateway = Gateway(spec, self.workdir, self.kid, self.secret)

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import ssl
 import sys
 import threading
 import time
@@ -58,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser, *, default_key: str) -> None:
         help="gateway address(es) (default 127.0.0.1:7070)",
     )
     p.add_argument("--device", default="cli", help='device name (default "cli")')
+    p.add_argument("--tls", action="store_true", help="connect with TLS")
+    p.add_argument("--ca", metavar="PEM", help="with --tls: trust this CA (default: the system's)")
     p.add_argument(
         "--key",
         metavar="KID:SECRET",
@@ -222,7 +225,8 @@ async def _chat(args: argparse.Namespace, kid: str, secret: str) -> int:
     def token() -> str:
         return sign_token(kid, secret, uid, device, int(time.time()) + TOKEN_TTL_S)
 
-    client = Client(args.addr, uid, device, token)
+    tls = ssl.create_default_context(cafile=args.ca) if args.tls or args.ca else None
+    client = Client(args.addr, uid, device, token, tls=tls)
     try:
         try:
             ok = await client.connect()

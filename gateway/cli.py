@@ -44,6 +44,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", help="route/cache URL (default memory://)")
     p.add_argument("--bus", help="cross-node bus URL (default local://)")
     p.add_argument("--node-id", help="this node's id in routes (default <hostname>-<pid>)")
+    p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS on the client port")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument(
         "--admin-port", type=int, help="HTTP port for /healthz /readyz /metrics, POST /drain"
     )
@@ -105,7 +107,8 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> Config:
     names = [
-        "host", "port", "data_dir", "store", "cache", "bus", "node_id", "admin_port",
+        "host", "port", "data_dir", "store", "cache", "bus", "node_id", "tls_cert", "tls_key",
+        "admin_port",
         "admin_host", "admin_token", "hb", "idle", "login_timeout", "max_frame", "max_content",
         "max_connections",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",

@@ -7,6 +7,7 @@ import dataclasses
 import ipaddress
 import math
 import os
+import ssl
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -43,6 +44,9 @@ class Config:
     cache: str = "memory://"
     bus: str = "local://"
     node_id: str = ""  # default: <hostname>-<pid>
+    # TLS on the client port: a PEM certificate chain and its private key (both or none)
+    tls_cert: str = ""
+    tls_key: str = ""
     # Session timing (seconds); hb and idle are announced in LOGIN_OK.
     hb: int = 30
     idle: int = 75
@@ -103,6 +107,18 @@ class Config:
     log_format: str = "console"  # console | json
     log_level: str = "info"
 
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The server's TLS context (TLS 1.2 and up), or None without TLS."""
+        if not self.tls_cert:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as e:
+            raise ConfigError(f"cannot load the TLS certificate and key: {e}") from e
+        return ctx
+
     def keyring(self) -> KeyRing:
         return KeyRing.from_pairs(self.token_keys)
 
@@ -142,6 +158,12 @@ class Config:
             raise ConfigError("frame_timeout must be a positive number of seconds")
         if self.max_partial_bytes < self.max_frame:
             raise ConfigError("max_partial_bytes must hold at least one max_frame")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("TLS needs both --tls-cert and --tls-key")
+        for name in ("tls_cert", "tls_key"):
+            path = getattr(self, name)
+            if path and not os.access(path, os.R_OK):
+                raise ConfigError(f"--{name.replace('_', '-')} {path}: not a readable file")
         if self.groups_per_day < 1 or self.max_conversations < 1:
             raise ConfigError("need groups_per_day >= 1 and max_conversations >= 1")
         if self.token_max_lifetime < 60:

@@ -102,6 +102,8 @@ class Server:
             backlog=BACKLOG,
             reuse_address=True,
             reuse_port=self.reuse_port or None,
+            ssl=cfg.tls_context(),
+            ssl_handshake_timeout=cfg.login_timeout if cfg.tls_cert else None,
         )
         if cfg.admin_port:
             self._admin = AdminServer(

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import inspect
 import random
+import ssl
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
@@ -119,7 +120,7 @@ class Client:
         "_auto_reconnect", "_backoff_base", "_backoff_cap", "_catch_up", "_closing", "_ended",
         "_heartbeat", "_hint", "_inbox", "_last_ping", "_last_tx", "_link", "_link_event",
         "_next_addr", "_next_rid", "_pending", "_pongs", "_request_timeout", "_send_attempts",
-        "_send_retry_s", "_task", "_timer", "_token", "addresses", "device", "login_ok",
+        "_send_retry_s", "_task", "_timer", "_tls", "_token", "addresses", "device", "login_ok",
         "stats", "uid",
     )  # fmt: skip
 
@@ -138,6 +139,7 @@ class Client:
         catch_up: bool = True,
         send_attempts: int = 8,
         send_retry_s: float = 30.0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.addresses = parse_addresses(addresses)
         self.uid = uid
@@ -153,6 +155,7 @@ class Client:
         self._catch_up = catch_up
         self._send_attempts = send_attempts
         self._send_retry_s = send_retry_s
+        self._tls = tls  # TLS to the gateway (ssl.create_default_context(cafile=...))
         self._inbox = Inbox(self, self.stats)
         self._link: Link | None = None
         self._link_event = asyncio.Event()  # set while a link is up or the session is over
@@ -495,7 +498,7 @@ class Client:
             token = await minted if inspect.isawaitable(minted) else minted
         async with asyncio.timeout(self._request_timeout):
             login = Login(1, PROTOCOL_VERSION, self.uid, self.device, token, _CAPS)
-            return await open_link(addr, login)
+            return await open_link(addr, login, self._tls)
 
     def _install(self, link: Link) -> None:
         loop = asyncio.get_running_loop()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Sequence
 from typing import Final, TypeAlias
 
@@ -70,13 +71,13 @@ class Link:
             await self.writer.wait_closed()
 
 
-async def open_link(addr: Address, login: Login) -> Link:
+async def open_link(addr: Address, login: Login, tls: ssl.SSLContext | None = None) -> Link:
     """Connect and LOGIN (bound it with asyncio.timeout).
 
     Raises ClientError with the server's ERROR (auth_failed...), ConnectionLost if the
     server closes first, OSError if it cannot be reached.
     """
-    reader, writer = await asyncio.open_connection(*addr)
+    reader, writer = await asyncio.open_connection(*addr, ssl=tls)
     try:
         decoder = FrameDecoder(max_frame=MAX_INBOUND_FRAME, side=Side.CLIENT)
         writer.write(encode(login))
