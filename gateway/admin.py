@@ -1,8 +1,9 @@
 """The admin HTTP listener: GET /healthz (alive), GET /readyz (accepting), GET /metrics
 (Prometheus), POST /drain[?rate=PER_S&hint=HOST:PORT] (drain this node and exit; what
-`imgw drain --admin` calls). Actions (every method but GET) need `Authorization: Bearer
-<admin_token>` when a token is configured (the config refuses a non-loopback admin
-address without one). A deliberately tiny HTTP/1.0 responder: one request, one
+`imgw drain --admin` calls), POST /revoke?uid=N[&device=D] (revoke tokens, kick the
+sessions on every node; what `imgw revoke` calls). Actions (every method but GET) need
+`Authorization: Bearer <admin_token>` when a token is configured (the config refuses a
+non-loopback admin address without one). A deliberately tiny HTTP/1.0 responder: one request, one
 response, close."""
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
+
+from protocol.token import DEVICE_RE
+from storage.models import StoreUnavailable
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -65,6 +69,8 @@ class AdminServer:
             target = parts[1] if len(parts) >= 2 else "/"
             if method != "GET" and not self._authorized(bearer):
                 status, ctype, body = "401 Unauthorized", "text/plain", b"admin token needed\n"
+            elif urlsplit(target).path == "/revoke":
+                status, ctype, body = await self._revoke(method, urlsplit(target).query)
             else:
                 status, ctype, body = self._route(method, target)
             head = (
@@ -100,6 +106,27 @@ class AdminServer:
         if path == "/metrics":
             return "200 OK", "text/plain; version=0.0.4", node.metrics.render()
         return "404 Not Found", "text/plain", b"not found\n"
+
+    async def _revoke(self, method: str, raw_query: str) -> tuple[str, str, bytes]:
+        """POST /revoke?uid=N[&device=D]: refuse the uid's (or one device's) current
+        tokens from now on and kick its sessions on every node."""
+        if method != "POST":
+            return "405 Method Not Allowed", "text/plain", b"use POST /revoke?uid=N\n"
+        query = parse_qs(raw_query)
+        try:
+            uid = int(query["uid"][0])
+            if not 0 < uid < 1 << 64:
+                raise ValueError(uid)
+        except (KeyError, ValueError):
+            return "400 Bad Request", "text/plain", b"uid=N (1..2^64-1) is required\n"
+        device = query["device"][0] if "device" in query else None
+        if device is not None and not DEVICE_RE.fullmatch(device):
+            return "400 Bad Request", "text/plain", b"device must match [A-Za-z0-9_-]{1,32}\n"
+        try:
+            kicked = await self._node.revoke(uid, device)
+        except StoreUnavailable as e:
+            return "503 Service Unavailable", "text/plain", f"{e}\n".encode()
+        return "200 OK", "text/plain", f"revoked; {kicked} session(s) kicked\n".encode()
 
     def _drain(self, method: str, query: dict[str, list[str]]) -> tuple[str, str, bytes]:
         if method != "POST":

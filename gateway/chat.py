@@ -223,7 +223,8 @@ async def _chat(args: argparse.Namespace, kid: str, secret: str) -> int:
     uid, device = args.uid, args.device
 
     def token() -> str:
-        return sign_token(kid, secret, uid, device, int(time.time()) + TOKEN_TTL_S)
+        now = int(time.time())
+        return sign_token(kid, secret, uid, device, now + TOKEN_TTL_S, iat=now)
 
     tls = ssl.create_default_context(cafile=args.ca) if args.tls or args.ca else None
     client = Client(args.addr, uid, device, token, tls=tls)

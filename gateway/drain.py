@@ -50,6 +50,19 @@ def drain_by_admin(
         _wait_until(lambda: not _listening(host, port), timeout, f"node at {admin}")
 
 
+def revoke_by_admin(admin: str, uid: int, device: str | None, *, token: str = "") -> str:
+    """POST /revoke to a node's admin port; its answer."""
+    host, port = _split(admin)
+    params: dict[str, str | int] = {"uid": uid}
+    if device is not None:
+        params["device"] = device
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    status, body = _request(host, port, f"POST /revoke?{urlencode(params)} HTTP/1.0\r\n{auth}\r\n")
+    if status != 200:
+        raise DrainError(f"{admin} answered {status}: {body.strip()}")
+    return body.strip()
+
+
 def _split(addr: str) -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():

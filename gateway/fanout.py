@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 # Bus envelope: [kind, [[conn_ids, frame bytes], ...]]
 BUS_FRAMES: Final = 1
-BUS_KICK: Final = 2
+BUS_KICK: Final = 2  # duplicate_login
+BUS_REVOKE: Final = 3  # auth_revoked
 
 
 class _Delivery(NamedTuple):

@@ -18,7 +18,7 @@ import structlog
 from gateway.batcher import SendBatcher
 from gateway.config import Config
 from gateway.connection import Backlog, Connection, State
-from gateway.fanout import BUS_FRAMES, BUS_KICK, FanOut
+from gateway.fanout import BUS_FRAMES, BUS_KICK, BUS_REVOKE, FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
 from gateway.outbox import OutboxKeeper
@@ -294,6 +294,29 @@ class Node:
             self._kick_remote(prev.node, prev.conn_id)
         return True
 
+    async def revoke(self, uid: int, device: str | None) -> int:
+        """Revoke the tokens of `uid` (one device, or all) minted until now: later logins
+        with them are refused, and the sessions online anywhere are kicked with
+        auth_revoked. The number of sessions kicked."""
+        cfg = self.config
+        await self.routes.revoke(
+            uid, device, int(time.time()), cfg.token_max_lifetime + cfg.token_leeway
+        )
+        online = await self.routes.online([uid])
+        kicked = 0
+        for route in online.get(uid, ()):
+            if device is not None and route.device != device:
+                continue
+            kicked += 1
+            if route.node == self.node_id:
+                conn = self.sessions.get(route.conn_id)
+                if conn is not None and conn.route == route:
+                    conn.kick(KickReason.AUTH_REVOKED, "token revoked")
+            else:
+                envelope = msgpack.packb([BUS_REVOKE, [[[route.conn_id], b""]]])
+                await self.bus.publish(route.node, envelope)
+        return kicked
+
     def write_soon(self, conn: Connection, frame: bytes) -> None:
         """Write `frame` to `conn` with the others queued for it in this loop iteration,
         in one write (the answers to a flood of refused requests)."""
@@ -431,6 +454,8 @@ class Node:
                         conn.write(payload)
                     elif kind == BUS_KICK:
                         conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
+                    elif kind == BUS_REVOKE:
+                        conn.kick(KickReason.AUTH_REVOKED, "token revoked")
         except Exception as e:
             self.log.warning("bad bus envelope", error=repr(e))
             raise  # the bus dead-letters it

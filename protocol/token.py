@@ -37,6 +37,7 @@ __all__ = [
 
 TOKEN_LEEWAY_S: Final = 60
 TOKEN_VERSION: Final = "v1"
+TOKEN_V2: Final = "v2"  # v1 plus the minting time (iat), before exp
 
 # \A...\Z: safe with match(), fullmatch() and search() alike ($ would accept "\n").
 DEVICE_RE: Final = re.compile(r"\A[A-Za-z0-9_-]{1,32}\Z")
@@ -44,7 +45,7 @@ KID_RE: Final = re.compile(r"\A[A-Za-z0-9_-]{1,16}\Z")
 _UID_RE: Final = re.compile(r"\A[1-9][0-9]{0,19}\Z")
 _EXP_RE: Final = re.compile(r"\A(?:0|[1-9][0-9]{0,19})\Z")
 _SIG_RE: Final = re.compile(r"\A[A-Za-z0-9_-]{43}\Z")  # 32 bytes, base64url, no padding
-_MAX_TOKEN_LEN: Final = 160  # longest well-formed token is 138 chars
+_MAX_TOKEN_LEN: Final = 160  # longest well-formed token: 138 chars (v1), 159 (v2)
 
 
 class KeyRing(Mapping[str, bytes]):
@@ -116,6 +117,7 @@ class TokenClaims:
     uid: int
     device: str
     exp: int
+    iat: int | None = None  # v2 tokens: when minted (a revocation refuses those before it)
 
 
 def _signature(secret: bytes, signed: str) -> str:
@@ -123,8 +125,11 @@ def _signature(secret: bytes, signed: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def sign_token(kid: str, secret: str | bytes, uid: int, device: str, exp: int) -> str:
-    """Mint a token; raises ValueError on values no verifier would accept."""
+def sign_token(
+    kid: str, secret: str | bytes, uid: int, device: str, exp: int, *, iat: int | None = None
+) -> str:
+    """Mint a token (v2, `v2.<kid>.<uid>.<device>.<iat>.<exp>.<sig>`, when `iat` is given;
+    else v1); raises ValueError on values no verifier would accept."""
     if not KID_RE.match(kid):
         raise ValueError(f"bad key id {kid!r}: must match [A-Za-z0-9_-]{{1,16}}")
     if not DEVICE_RE.match(device):
@@ -134,7 +139,12 @@ def sign_token(kid: str, secret: str | bytes, uid: int, device: str, exp: int) -
     if type(exp) is not int or not 0 <= exp <= MAX_U64:
         raise ValueError(f"exp must be an int in 0..2^64-1, got {exp!r}")
     raw = secret.encode() if isinstance(secret, str) else secret
-    signed = f"{TOKEN_VERSION}.{kid}.{uid}.{device}.{exp}"
+    if iat is None:
+        signed = f"{TOKEN_VERSION}.{kid}.{uid}.{device}.{exp}"
+    else:
+        if type(iat) is not int or not 0 <= iat <= MAX_U64:
+            raise ValueError(f"iat must be an int in 0..2^64-1, got {iat!r}")
+        signed = f"{TOKEN_V2}.{kid}.{uid}.{device}.{iat}.{exp}"
     return f"{signed}.{_signature(raw, signed)}"
 
 
@@ -155,11 +165,15 @@ def verify_token(
     plus the leeway), "uid_mismatch" or "device_mismatch".
     """
     parts = token.split(".") if len(token) <= _MAX_TOKEN_LEN else ()
-    if len(parts) != 6:
+    iat_s = "0"
+    if len(parts) == 6 and parts[0] == TOKEN_VERSION:
+        version, kid, uid_s, dev, exp_s, sig = parts
+    elif len(parts) == 7 and parts[0] == TOKEN_V2:
+        version, kid, uid_s, dev, iat_s, exp_s, sig = parts
+    else:
         raise TokenError("malformed")
-    version, kid, uid_s, dev, exp_s, sig = parts
     if (
-        version != TOKEN_VERSION
+        not _EXP_RE.match(iat_s)
         or not KID_RE.match(kid)
         or not _UID_RE.match(uid_s)
         or not DEVICE_RE.match(dev)
@@ -185,4 +199,4 @@ def verify_token(
         raise TokenError("uid_mismatch")
     if dev != device:
         raise TokenError("device_mismatch")
-    return TokenClaims(kid, token_uid, dev, exp)
+    return TokenClaims(kid, token_uid, dev, exp, int(iat_s) if version == TOKEN_V2 else None)

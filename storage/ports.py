@@ -227,6 +227,16 @@ class RouteStore(Protocol):
         """Online routes of each uid (uids with none are omitted), in one round trip."""
         ...
 
+    async def revoke(self, uid: int, device: str | None, at_s: int, keep_s: int) -> None:
+        """Record that the tokens of `uid` (one device, or all with None) minted up to
+        `at_s` (Unix seconds) are revoked; the record lasts `keep_s` (the longest token
+        lifetime)."""
+        ...
+
+    async def revoked_at(self, uid: int, device: str) -> int | None:
+        """The latest revocation applying to (`uid`, `device`), or None."""
+        ...
+
     async def mark(self, node: str) -> bool:
         """Keep `node`'s liveness marker beside the routes and say whether it was missing:
         True means the route data may have been lost since the previous call (a flush, a

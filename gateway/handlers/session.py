@@ -44,6 +44,12 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
         conn.fail(ErrorCode.AUTH_FAILED, "token refused", f.rid)
         return
     try:
+        revoked = await node.routes.revoked_at(f.uid, f.device)
+        if revoked is not None and (claims.iat is None or claims.iat <= revoked):
+            node.metrics.logins.labels(result="auth_failed").inc()
+            node.log.info("login refused", uid=f.uid, device=f.device, reason="revoked")
+            conn.fail(ErrorCode.AUTH_FAILED, "token revoked", f.rid)
+            return
         opened = await node.open_session(conn, f.uid, f.device, claims.exp)
     except StoreUnavailable as e:
         if (held := node.log_throttle.allow("login")) is not None:

@@ -24,6 +24,8 @@ class MemoryRouteStore:
         # uid -> the entry of its only device, or device -> entry when it has several
         self._by_uid: dict[int, _Entry | dict[str, _Entry]] = {}
         self._marked: set[str] = set()  # nodes that called mark()
+        self._revoked: dict[int, dict[str, int]] = {}  # uid -> device or "*" -> revoked at
+        self._revoked_until: dict[int, float] = {}  # uid -> wall-clock end of its record
 
     def _entries(self, uid: int) -> Iterator[_Entry]:
         slot = self._by_uid.get(uid)
@@ -109,6 +111,22 @@ class MemoryRouteStore:
             if live:
                 out[uid] = live
         return out
+
+    async def revoke(self, uid: int, device: str | None, at_s: int, keep_s: int) -> None:
+        held = self._revoked.setdefault(uid, {})
+        key = "*" if device is None else device
+        held[key] = max(held.get(key, 0), at_s)
+        self._revoked_until[uid] = time.time() + keep_s
+
+    async def revoked_at(self, uid: int, device: str) -> int | None:
+        held = self._revoked.get(uid)
+        if held is None:
+            return None
+        if self._revoked_until.get(uid, 0) < time.time():
+            del self._revoked[uid]
+            return None
+        found = [at for key, at in held.items() if key in ("*", device)]
+        return max(found) if found else None
 
     async def mark(self, node: str) -> bool:
         """In-process routes are lost only with the process: only the first call says

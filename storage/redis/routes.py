@@ -8,6 +8,7 @@ in one Redis Cluster slot and each script touches a single slot):
 | `<p>route:{<uid>}:<device>` | string | `<node>\|<conn_id>\|<epoch>` | `ttl_s` (90 s) |
 | `<p>online:{<uid>}` | hash | `<device>` → `<node>\|<conn_id>\|<epoch>\|<expires_ms>` | `ttl_s` |
 | `<p>marker:{<node>}` | string | `1` | `ttl_s` |
+| `<p>revoked:{<uid>}` | hash | `<device>` or `*` → revoked at (Unix s) | token lifetime |
 
 Both TTLs are pushed back to `ttl_s` by every register and renewal.
 
@@ -128,6 +129,25 @@ end
 return removed
 """
 
+# KEYS: the revoked hash. ARGV: device. The latest revocation of the device or all of them.
+_REVOKED_AT = """
+local at = redis.call('HMGET', KEYS[1], ARGV[1], '*')
+local a, b = tonumber(at[1] or '-1'), tonumber(at[2] or '-1')
+local m = math.max(a, b)
+if m < 0 then return false end
+return tostring(m)
+"""
+
+# KEYS: the revoked hash. ARGV: field, at_s, keep_ms.
+_REVOKE = """
+local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
+redis.call('HSET', KEYS[1], ARGV[1], tostring(math.max(cur, tonumber(ARGV[2]))))
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 1
+"""
+
 _RENEWED, _RECREATED = 1, 2
 
 
@@ -170,6 +190,8 @@ class RedisRouteStore:
         self._register = client.register_script(_REGISTER)
         self._renew = client.register_script(_RENEW)
         self._remove = client.register_script(_REMOVE)
+        self._revoke = client.register_script(_REVOKE)
+        self._revoked_at = client.register_script(_REVOKED_AT)
         self._renewed = 0
         self._recreated = 0
         self._refused = 0
@@ -183,6 +205,9 @@ class RedisRouteStore:
 
     def online_key(self, uid: int) -> str:
         return f"{self._prefix}online:{{{uid}}}"
+
+    def revoked_key(self, uid: int) -> str:
+        return f"{self._prefix}revoked:{{{uid}}}"
 
     def marker_key(self, node: str) -> str:
         return f"{self._prefix}marker:{{{node}}}"
@@ -272,6 +297,17 @@ class RedisRouteStore:
             if live:
                 out[uid] = live
         return out
+
+    async def revoke(self, uid: int, device: str | None, at_s: int, keep_s: int) -> None:
+        args: list[str | int] = ["*" if device is None else device, at_s, keep_s * 1000]
+        async with unavailable("revoke", self._limit):
+            await self._revoke(keys=[self.revoked_key(uid)], args=args)
+
+    async def revoked_at(self, uid: int, device: str) -> int | None:
+        """Checked at every login: shares the logins' coalesced pipeline."""
+        call: ScriptCall = (self._revoked_at, [self.revoked_key(uid)], [device])
+        at = await self._coalesced.call(call)
+        return None if at is None else int(at)
 
     async def mark(self, node: str) -> bool:
         """Set the node's marker (TTL: the routes' TTL) and say whether it was missing."""

@@ -13,6 +13,7 @@ from protocol.frames import Kick, Push, ReadNotify, TypingNotify
 from protocol.ops import KickReason
 from tests.cluster.conftest import Cluster
 from tests.support.history import History, quiesce, read_back
+from tests.support.proc import free_port
 from tests.support.wire import Wire
 
 
@@ -248,3 +249,18 @@ async def test_fanout_owed_by_a_killed_node_is_delivered_by_a_survivor(
     assert took < 10.0, f"delivered {took:.1f} s after the kill (lease 5 s + sweep)"
     assert receiver.stats.reconnects == 0 and history.hints[2] == 0  # pushed, not pulled
     listening.cancel()
+
+
+async def test_revoke_on_one_node_kicks_sessions_on_another(cluster: Cluster) -> None:
+    admin = free_port()
+    await cluster.start_node("--admin-port", str(admin), "--admin-token", "t0k")
+    await cluster.start_node()
+    far = await Wire.login(cluster.nodes[1].port, 7, "d")
+    drain = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "revoke", "--admin", f"127.0.0.1:{admin}",
+        "--uid", "7", "--admin-token", "t0k", stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await drain.communicate()
+    assert drain.returncode == 0 and b"1 session(s) kicked" in out, out
+    [kick] = await far.closed(timeout=10)
+    assert isinstance(kick, Kick) and kick.reason == KickReason.AUTH_REVOKED

@@ -12,12 +12,25 @@ import pytest
 
 from gateway.config import Config, ConfigError
 from gateway.server import Server
-from protocol.frames import ConvOk, Frame, Kick, Login, OpenP2P, Pull, PullResult, Send
-from protocol.ops import KickReason
+from protocol.frames import (
+    ConvOk,
+    Error,
+    Frame,
+    Kick,
+    Login,
+    OpenP2P,
+    Ping,
+    Pong,
+    Pull,
+    PullResult,
+    Send,
+)
+from protocol.ops import ErrorCode, KickReason
+from protocol.token import sign_token
 from tests import conftest
 from tests.conftest import StartGateway
 from tests.support.proc import free_port
-from tests.support.wire import Wire, token
+from tests.support.wire import KID, SECRET, Wire, token
 
 pytestmark = pytest.mark.backends("embedded")
 
@@ -155,3 +168,39 @@ def test_a_public_admin_address_needs_a_token(tmp_path: Path) -> None:
         config(admin_host="0.0.0.0").validate()
     config(admin_host="0.0.0.0", admin_token="t").validate()
     config(admin_host="127.0.0.1").validate()
+
+
+async def _revoke(port: int, query: str) -> tuple[int, str]:
+    return await http(port, "POST", f"/revoke?{query}", "Authorization: Bearer s3cret")
+
+
+@pytest.mark.backends("embedded", "production")
+async def test_revoke_refuses_old_tokens_and_kicks_sessions(start_gateway: StartGateway) -> None:
+    port = free_port()
+    gw = await start_gateway(admin_port=port, admin_token="s3cret")
+    now = int(time.time())
+    old_a = token(5, "a")  # v1: no minting time
+    a = await Wire.login(gw.port, 5, "a", tok=old_a)
+    b = await Wire.login(gw.port, 5, "b", tok=v2_token(5, "b", iat=now - 10))
+    assert (await _revoke(port, "uid=5&device=a"))[0] == 200
+    [kick] = await a.closed()
+    assert isinstance(kick, Kick) and kick.reason == KickReason.AUTH_REVOKED
+    await b.send(Ping())
+    assert isinstance(await b.wait_for(Pong), Pong)  # the other device stays
+    # the revoked device's old token is refused; a token minted after the revocation works
+    again = await Wire.open(gw.port)
+    refused = await again.request(Login(0, 1, 5, "a", old_a))
+    assert isinstance(refused, Error) and refused.code == ErrorCode.AUTH_FAILED
+    assert "revoked" in refused.text
+    await Wire.login(gw.port, 5, "a", tok=v2_token(5, "a", iat=now + 1))
+    # every device: b is kicked too
+    assert (await _revoke(port, "uid=5"))[0] == 200
+    [kick] = await b.closed()
+    assert isinstance(kick, Kick) and kick.reason == KickReason.AUTH_REVOKED
+    assert (await http(port, "POST", "/revoke?uid=5"))[0] == 401  # the admin token
+    assert (await _revoke(port, "uid=zero"))[0] == 400
+    assert (await _revoke(port, "uid=5&device=no%20spaces"))[0] == 400
+
+
+def v2_token(uid: int, device: str, *, iat: int) -> str:
+    return sign_token(KID, SECRET, uid, device, iat + 3600, iat=iat)

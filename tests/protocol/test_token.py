@@ -232,3 +232,18 @@ def test_patterns() -> None:
     for bad in ("", "d" * 33, "a b", "a.b", "é", "ios\n", "ios\r"):
         assert not DEVICE_RE.match(bad) and not DEVICE_RE.search(bad)
     assert KID_RE.match("k" * 16) and not KID_RE.match("k" * 17) and not KID_RE.match("k\n")
+
+
+def test_v2_tokens_carry_when_they_were_minted() -> None:
+    tok = sign_token("k1", SECRET, 42, "ios-1", EXP, iat=EXP - 3600)
+    assert tok.startswith("v2.k1.42.ios-1.")
+    claims = verify_token(tok, RING, uid=42, device="ios-1", now=NOW)
+    assert (claims.exp, claims.iat) == (EXP, EXP - 3600)
+    assert verify(GOOD).iat is None  # v1: unknown
+    forged = tok.replace(f".{EXP - 3600}.", f".{EXP - 60}.")  # a later iat, same signature
+    assert reason(forged) == "bad_signature"
+    longest = sign_token("k" * 16, SECRET, MAX_U64, "d" * 32, MAX_U64, iat=MAX_U64)
+    assert verify_token(longest, KeyRing({"k" * 16: SECRET}), uid=MAX_U64, device="d" * 32,
+                        now=0).iat == MAX_U64  # fmt: skip
+    with pytest.raises(ValueError, match="iat"):
+        sign_token("k1", SECRET, 42, "ios-1", EXP, iat=-1)
