@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from storage.models import AppendResult, NewMessage
+from storage.models import AppendResult, AppendStatus, NewMessage, StoredMessage
 from storage.ports import ChatStore
 
 _Item = tuple[NewMessage, "asyncio.Future[AppendResult]", float]  # (msg, ack, queued at)
@@ -38,6 +38,7 @@ class SendBatcher:
     __slots__ = (
         "_arrivals",
         "_busy",
+        "_check",
         "_closed",
         "_idle",
         "_inflight",
@@ -65,8 +66,10 @@ class SendBatcher:
         min_batch: int = 1,
         max_wait_s: float = 0.0,
         on_batch: Callable[[int, float], None] | None = None,
+        check: Callable[[Sequence[NewMessage]], Awaitable[list[bool]]] | None = None,
     ) -> None:
         self._store = store
+        self._check = check  # the content check before the commit (gateway.contentcheck)
         self._max_batch = max_batch
         self._max_delay = max_delay_s
         self._min_batch = max(1, min(min_batch, max_batch))
@@ -161,7 +164,11 @@ class SendBatcher:
     async def _commit(self, batch: list[_Item], convs: set[int]) -> None:
         started = time.perf_counter()
         try:
-            results = await self._store.append([item[0] for item in batch])
+            msgs = [item[0] for item in batch]
+            if self._check is None:
+                results = await self._store.append(msgs)
+            else:
+                results = await self._checked_append(msgs)
         except Exception as e:
             for _, fut, _ in batch:
                 if not fut.done():
@@ -181,6 +188,30 @@ class SendBatcher:
                 self._schedule(self._loop.time())  # what gathered during this commit
             elif not self._inflight:
                 self._idle.set()
+
+    async def _checked_append(self, msgs: list[NewMessage]) -> list[AppendResult]:
+        """Store what the content check allows. A denied message that was stored before
+        (a resend of an acked one) is answered as the duplicate it is: an ERROR never
+        hides a stored message."""
+        assert self._check is not None
+        verdicts = await self._check(msgs)
+        allowed = [m for m, ok in zip(msgs, verdicts, strict=True) if ok]
+        stored = iter(await self._store.append(allowed) if allowed else [])
+        results: list[AppendResult] = []
+        for m, ok in zip(msgs, verdicts, strict=True):
+            if ok:
+                results.append(next(stored))
+                continue
+            prior = await self._store.find_sent(m.sender_uid, m.client_msg_id)
+            if prior is not None and prior.same_send(m.conv_id, m.msg_type, m.content):
+                original = StoredMessage(
+                    prior.conv_id, prior.seq, prior.msg_id, m.sender_uid, m.msg_type,
+                    m.content, prior.server_ms, m.client_msg_id,
+                )  # fmt: skip
+                results.append(AppendResult(AppendStatus.DUPLICATE, original))
+            else:
+                results.append(AppendResult(AppendStatus.DENIED))
+        return results
 
     async def settled(self) -> None:
         """Wait until every message submitted so far is committed or failed."""

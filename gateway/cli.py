@@ -44,6 +44,19 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cache", help="route/cache URL (default memory://)")
     p.add_argument("--bus", help="cross-node bus URL (default local://)")
     p.add_argument("--node-id", help="this node's id in routes (default <hostname>-<pid>)")
+    p.add_argument(
+        "--check-url",
+        help="content check: POST each commit's messages here and store only those allowed",
+    )
+    p.add_argument(
+        "--check-timeout-ms", type=float, help="content check deadline per commit, ms (200)"
+    )
+    p.add_argument(
+        "--check-fail",
+        choices=["open", "closed"],
+        help="when the content check fails: open stores unchecked, closed answers unavailable "
+        "(open)",
+    )
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS on the client port")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument(
@@ -108,7 +121,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     names = [
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "tls_cert", "tls_key",
-        "admin_port",
+        "check_url", "check_timeout_ms", "check_fail", "admin_port",
         "admin_host", "admin_token", "hb", "idle", "login_timeout", "max_frame", "max_content",
         "max_connections",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",

@@ -77,6 +77,13 @@ class Config:
     op_rate_per_s: float = 100.0
     typing_burst: int = 3
     typing_per_s: float = 2.0
+    # Content check before the commit (gateway.contentcheck): a webhook URL, its deadline,
+    # what a failure does ("open": store unchecked; "closed": answer unavailable), and
+    # the connections it may hold.
+    check_url: str = ""
+    check_timeout_ms: float = 200.0
+    check_fail: str = "open"
+    check_pool: int = 8
     # Quotas: groups a uid may create a day, and conversations a uid may be a member of
     # (checked when a group is created or members are added).
     groups_per_day: int = 100
@@ -158,6 +165,14 @@ class Config:
             raise ConfigError("frame_timeout must be a positive number of seconds")
         if self.max_partial_bytes < self.max_frame:
             raise ConfigError("max_partial_bytes must hold at least one max_frame")
+        if self.check_fail not in ("open", "closed"):
+            raise ConfigError("check_fail must be open or closed")
+        if self.check_url and not self.check_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"--check-url must be an http:// or https:// URL, got {self.check_url!r}"
+            )
+        if not (self.check_timeout_ms > 0 and self.check_pool >= 1):
+            raise ConfigError("need check_timeout_ms > 0 and check_pool >= 1")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("TLS needs both --tls-cert and --tls-key")
         for name in ("tls_cert", "tls_key"):

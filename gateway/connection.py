@@ -34,6 +34,7 @@ CLOSE_GRACE_S: Final = 5.0  # a closing socket that has not flushed by then is a
 OVER_BUDGET_PAUSE_S: Final = 0.5
 _UNBUDGETED: Final = frozenset({Ping, Send, Login, Logout})  # SEND has its own limit
 _OVER_BUDGET: Final = "too many requests; slow down"
+_NO_CAPS: Final[frozenset[str]] = frozenset()
 
 
 class Backlog:
@@ -56,11 +57,11 @@ class State(enum.IntEnum):
 
 class Connection(asyncio.Protocol):
     __slots__ = (
+        "caps",
         "conn_id",
         "deadline",
         "decoder",
         "inbox",
-        "knows_outcome_unknown",
         "last_renew",
         "last_rx",
         "node",
@@ -92,7 +93,7 @@ class Connection(asyncio.Protocol):
         self.inbox: deque[ClientFrame] | None = None
         self.task: asyncio.Task[None] | None = None
         self.paused = False
-        self.knows_outcome_unknown = False  # LOGIN listed CAP_OUTCOME_UNKNOWN
+        self.caps: frozenset[str] = _NO_CAPS  # the known capabilities its LOGIN listed
 
     # -- identity -----------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import structlog
 from gateway.batcher import SendBatcher
 from gateway.config import Config
 from gateway.connection import Backlog, Connection, State
+from gateway.contentcheck import WebhookCheck
 from gateway.fanout import BUS_FRAMES, BUS_KICK, BUS_REVOKE, FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
@@ -87,6 +88,18 @@ class Node:
                 log=self.log,
             )
         )
+        self.check = (
+            None
+            if not config.check_url
+            else WebhookCheck(
+                config.check_url,
+                timeout_s=config.check_timeout_ms / 1000,
+                fail=config.check_fail,
+                pool=config.check_pool,
+                log=self.log,
+                throttle=self.log_throttle.allow,
+            )
+        )
         self.batcher = SendBatcher(
             store,
             max_batch=config.batch_max,
@@ -95,6 +108,7 @@ class Node:
             min_batch=config.batch_min,
             max_wait_s=config.batch_wait_ms / 1000,
             on_batch=self._after_batch,
+            check=None if self.check is None else self.check.check,
         )
         self.held: set[Connection] = set()  # not read: send backpressure
         # Decodes the whole frames of every connection (see Connection.data_received).

@@ -277,6 +277,8 @@ class Server:
                        self.backends.store.close, self._end_lease]  # fmt: skip
             if self._admin is not None:
                 closers.insert(0, self._admin.close)
+            if node.check is not None:
+                closers.append(node.check.close)
             for close in closers:
                 try:
                     await close()

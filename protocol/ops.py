@@ -77,6 +77,10 @@ SERVER_OPS: Final = frozenset(set(Op) - CLIENT_OPS)
 # unavailable (30) in its place, whose instruction (send again with the same
 # client_msg_id) is right for both.
 CAP_OUTCOME_UNKNOWN: Final = "outcome_unknown"
+# "content_denied": the client understands ERROR content_denied (33); others get
+# forbidden (27) for a message the content check refused.
+CAP_CONTENT_DENIED: Final = "content_denied"
+KNOWN_CAPS: Final = frozenset({CAP_OUTCOME_UNKNOWN, CAP_CONTENT_DENIED})
 MAX_CAPS: Final = 16  # entries in "caps", each at most 32 bytes
 
 
@@ -100,6 +104,7 @@ class ErrorCode(IntEnum):
     UNAVAILABLE = 30
     INTERNAL = 31
     OUTCOME_UNKNOWN = 32  # only to clients whose LOGIN lists CAP_OUTCOME_UNKNOWN
+    CONTENT_DENIED = 33  # only to clients whose LOGIN lists CAP_CONTENT_DENIED
 
     @property
     def closes_connection(self) -> bool:

@@ -82,6 +82,7 @@ class AppendStatus(Enum):
     DUPLICATE = "duplicate"  # same (sender, client_msg_id) and same payload: original returned
     CONFLICT = "conflict"  # same (sender, client_msg_id), different conv/type/content
     NOT_MEMBER = "not_member"  # the sender is not a current member (or no such conversation)
+    DENIED = "denied"  # the content check refused it: not stored
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from protocol.frames import (
     Send,
     SendAck,
 )
-from protocol.ops import ErrorCode, is_client_msg_type
+from protocol.ops import CAP_CONTENT_DENIED, CAP_OUTCOME_UNKNOWN, ErrorCode, is_client_msg_type
 from storage.models import (
     AppendResult,
     AppendStatus,
@@ -73,6 +73,9 @@ _OUTCOME_UNKNOWN: Final = (
     "the store did not confirm whether it stored this message; send it again with the same "
     "client_msg_id to learn"
 )
+
+
+_DENIED: Final = "the content check refused this message; it was not stored"
 
 
 def _check_send(node: Node, f: Send) -> None:
@@ -134,7 +137,7 @@ def _committed(
             # Maybe stored: never say "not stored". Clients that do not know the code
             # get unavailable, whose instruction (same id again) is right here too.
             node.metrics.sends.labels(result="outcome_unknown").inc()
-            known = conn.knows_outcome_unknown
+            known = CAP_OUTCOME_UNKNOWN in conn.caps
             code = ErrorCode.OUTCOME_UNKNOWN if known else ErrorCode.UNAVAILABLE
             conn.error(f.rid, code, _OUTCOME_UNKNOWN)
             return
@@ -147,6 +150,11 @@ def _committed(
     status = result.status
     if status is not AppendStatus.STORED:
         node.limiter.refund(conn.uid)  # nothing new stored: the send costs no token
+    if status is AppendStatus.DENIED:
+        node.metrics.sends.labels(result="denied").inc()
+        known = CAP_CONTENT_DENIED in conn.caps
+        conn.error(f.rid, ErrorCode.CONTENT_DENIED if known else ErrorCode.FORBIDDEN, _DENIED)
+        return
     if status is AppendStatus.NOT_MEMBER:
         node.metrics.sends.labels(result="not_member").inc()
         node.spawn(_refuse_non_member(node, conn, f))

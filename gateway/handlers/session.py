@@ -6,13 +6,16 @@ import time
 from typing import TYPE_CHECKING
 
 from protocol.frames import Login, LoginOk, Logout, Ping, Pong
-from protocol.ops import CAP_OUTCOME_UNKNOWN, PROTOCOL_VERSION, ErrorCode
+from protocol.ops import KNOWN_CAPS, PROTOCOL_VERSION, ErrorCode
 from protocol.token import DEVICE_RE, TokenError, verify_token
 from storage.models import StoreUnavailable
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
     from gateway.node import Node
+
+
+_CAPS: dict[frozenset[str], frozenset[str]] = {}
 
 
 async def login(node: Node, conn: Connection, f: Login) -> None:
@@ -61,7 +64,9 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
     if not opened:
         return  # the connection closed while the route was being written
     node.metrics.logins.labels(result="ok").inc()
-    conn.knows_outcome_unknown = CAP_OUTCOME_UNKNOWN in f.caps
+    if f.caps:  # one shared set per combination: connections hold no copy of their own
+        caps = frozenset(c for c in f.caps if c in KNOWN_CAPS)
+        conn.caps = _CAPS.setdefault(caps, caps)
     conn.send(
         LoginOk(
             f.rid,

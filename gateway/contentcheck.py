@@ -1,0 +1,102 @@
+"""A content check before the commit (the first seed's write path: membership, rate and
+content safety are checked before a message is stored).
+
+`WebhookCheck` POSTs each group commit's messages to `--check-url` as JSON and waits at
+most `--check-timeout-ms` for the verdicts:
+
+    request:  {"messages": [{"conv_id": 9, "sender_uid": 42, "client_msg_id": "m1",
+                             "msg_type": 1, "content": "<base64>"}, ...]}
+    response: {"allow": [true, false, ...]}   (one verdict per message, in order)
+
+A denied message is not stored; its sender gets ERROR content_denied (33), or forbidden
+(27) if its LOGIN did not list the "content_denied" capability. When the webhook fails
+(no answer in time, a connection error, a status other than 200, a malformed body) the
+batch follows `--check-fail`: `open` stores every message (the check is skipped and
+counted), `closed` answers the whole batch unavailable (nothing stored; clients retry with
+the same client_msg_id). Connections are pooled (at most `check_pool`, kept alive) by
+httpx.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import httpx
+
+from storage.models import NewMessage, StoreUnavailable
+
+FAIL_OPEN: Final = "open"
+FAIL_CLOSED: Final = "closed"
+
+
+class CheckFailed(StoreUnavailable):
+    """The webhook did not give usable verdicts and the check fails closed."""
+
+
+class WebhookCheck:
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_s: float,
+        fail: str,
+        pool: int,
+        log: Any,
+        throttle: Callable[[str], int | None] = lambda key: 0,
+    ) -> None:
+        if fail not in (FAIL_OPEN, FAIL_CLOSED):
+            raise ValueError(f"check_fail must be {FAIL_OPEN} or {FAIL_CLOSED}, got {fail!r}")
+        self.url = url
+        self._fail_open = fail == FAIL_OPEN
+        self._log = log
+        self._throttle = throttle  # log at most so often (gateway.logs.Throttle.allow)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s),
+            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
+        )
+        self.checked = 0  # messages with a verdict
+        self.denied = 0
+        self.failures = 0  # batches the webhook failed on
+
+    async def check(self, batch: Sequence[NewMessage]) -> list[bool]:
+        """One verdict per message: True to store it. Raises CheckFailed when the webhook
+        fails and the check fails closed."""
+        body = {
+            "messages": [
+                {
+                    "conv_id": m.conv_id,
+                    "sender_uid": m.sender_uid,
+                    "client_msg_id": m.client_msg_id,
+                    "msg_type": m.msg_type,
+                    "content": base64.b64encode(m.content).decode(),
+                }
+                for m in batch
+            ]
+        }
+        try:
+            reply = await self._client.post(self.url, json=body)
+            if reply.status_code != 200:
+                raise ValueError(f"status {reply.status_code}")
+            allow = reply.json()["allow"]
+            if not isinstance(allow, list) or len(allow) != len(batch):
+                raise ValueError("'allow' must be a list with one verdict per message")
+            verdicts = [v is True for v in allow]
+        except Exception as e:  # timeouts, connection errors, bad answers alike
+            self.failures += 1
+            if (held := self._throttle("content check")) is not None:
+                self._log.warning(
+                    "content check failed", url=self.url, messages=len(batch), error=repr(e),
+                    then="stored unchecked" if self._fail_open else "refused as unavailable",
+                    similar_held_back=held,
+                )  # fmt: skip
+            if self._fail_open:
+                return [True] * len(batch)
+            raise CheckFailed(f"content check unavailable: {e!r}") from e
+        self.checked += len(batch)
+        self.denied += verdicts.count(False)
+        return verdicts
+
+    async def close(self) -> None:
+        await self._client.aclose()
