@@ -49,6 +49,10 @@ class ChatStore(Protocol):
         """The p2p conversation of a and b, created on first use. Idempotent."""
         ...
 
+    async def find_p2p(self, a: int, b: int) -> int | None:
+        """The p2p conversation of `a` and `b` if it exists (never creates it)."""
+        ...
+
     async def create_group(
         self, owner: int, title: str, uids: Sequence[int]
     ) -> tuple[int, StoredMessage]:

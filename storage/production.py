@@ -164,6 +164,9 @@ class ProductionStore:
     async def member_uids(self, conv_id: int) -> list[int]:
         return list((await self._members(conv_id)).order)
 
+    async def find_p2p(self, a: int, b: int) -> int | None:
+        return await self.mysql.find_p2p(a, b)
+
     async def open_p2p(self, a: int, b: int) -> int:
         return await self.mysql.open_p2p(a, b)
 

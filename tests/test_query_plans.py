@@ -402,6 +402,8 @@ async def workload(api: Calls, data: Data) -> dict[str, Any]:
     p2p = await api.open_p2p(a, b)
     assert await api.open_p2p(b, a) == p2p  # the existing conversation
     assert await api.open_p2p(HEAVY_UID, 2) == data.p2p
+    assert await api.find_p2p(2, HEAVY_UID) == data.p2p
+    assert await api.find_p2p(a, 99_999) is None
     group, _ = await api.create_group(a, "plans", [b, c, d])
     await api.change_members(group, a, [e, f], [])
     await api.change_members(group, a, [], [f])

@@ -29,7 +29,10 @@ TITLE_MAX_BYTES: Final = 256
 async def open_p2p(node: Node, conn: Connection, f: OpenP2P) -> None:
     if f.peer_uid == conn.uid:
         raise RequestError(ErrorCode.BAD_REQUEST, "cannot open a conversation with yourself")
-    conv_id = await node.store.open_p2p(conn.uid, f.peer_uid)
+    conv_id = await node.store.find_p2p(conn.uid, f.peer_uid)
+    if conv_id is None:  # a new conversation for both: within max_conversations
+        await _check_room(node, [conn.uid, f.peer_uid])
+        conv_id = await node.store.open_p2p(conn.uid, f.peer_uid)
     conn.send(ConvOk(f.rid, conv_id))
 
 

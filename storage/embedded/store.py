@@ -351,6 +351,19 @@ class EmbeddedStore:
     async def member_uids(self, conv_id: int) -> list[int]:
         return (await self._load_members(conv_id)).active()
 
+    async def find_p2p(self, a: int, b: int) -> int | None:
+        lo, hi = min(a, b), max(a, b)
+
+        def q() -> int | None:
+            assert self._rconn is not None
+            row = self._rconn.execute(
+                "SELECT conv_id FROM im_conversation WHERE kind=? AND p2p_lo=? AND p2p_hi=?",
+                (ConvKind.P2P, _s(lo), _s(hi)),
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._r(q)
+
     async def open_p2p(self, a: int, b: int) -> int:
         lo, hi = min(a, b), max(a, b)
 

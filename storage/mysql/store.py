@@ -543,6 +543,19 @@ class MySQLStore:
         _, rows = await self.member_rows(conv_id)
         return [m.uid for m in rows if m.left_seq is None]
 
+    async def find_p2p(self, a: int, b: int) -> int | None:
+        lo, hi = min(a, b), max(a, b)
+
+        async def q(cur: Cursor) -> int | None:
+            await cur.execute(
+                "SELECT conv_id FROM im_conversation WHERE kind=%s AND p2p_lo=%s AND p2p_hi=%s",
+                (ConvKind.P2P, lo, hi),
+            )
+            row = await cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return await self._run(q, tx=False)
+
     async def open_p2p(self, a: int, b: int) -> int:
         lo, hi = min(a, b), max(a, b)
 

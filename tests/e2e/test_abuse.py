@@ -20,6 +20,7 @@ from protocol.frames import (
     GroupCreate,
     GroupMembers,
     Ok,
+    OpenP2P,
     Ping,
     Pong,
     Presence,
@@ -198,3 +199,17 @@ async def test_group_quotas(start_gateway: StartGateway) -> None:
     assert isinstance(await three.request(GroupMembers(0, other.conv_id, (5,), ())), Ok)
     counts = await gw.node.store.conversation_counts([1, 2, 3, 5, 9])  # type: ignore[union-attr]
     assert counts == {1: 2, 2: 3, 3: 2, 5: 1}
+
+
+async def test_p2p_quota_allows_existing_conversations(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(max_conversations=2)
+    one = await Wire.login(gw.port, 1, "d")
+    first = await one.request(OpenP2P(0, 2))
+    assert isinstance(first, ConvOk)
+    assert isinstance(await one.request(OpenP2P(0, 3)), ConvOk)  # uid 1 is now full
+    again = await one.request(OpenP2P(0, 2))
+    assert isinstance(again, ConvOk) and again.conv_id == first.conv_id  # it exists: fine
+    assert await one.error(OpenP2P(0, 4)) == ErrorCode.FORBIDDEN  # a new one: refused
+    five = await Wire.login(gw.port, 5, "d")
+    assert await five.error(OpenP2P(0, 1)) == ErrorCode.FORBIDDEN  # the peer is full
+    assert await gw.node.store.find_p2p(1, 4) is None  # type: ignore[union-attr]
