@@ -100,6 +100,24 @@ HAVING changed >= %s AND (last_active < %s OR (last_active = %s AND cid < %s))
 ORDER BY last_active DESC, cid DESC
 LIMIT %s"""
 
+# A first SYNC (since 0) filters nothing by change time, so the page is chosen from the
+# member and seq rows alone; the conversation and delivered rows are joined for the
+# page's rows only (a user in 40,000 conversations: 3 lookups per row fewer, 1 in 3).
+_SYNC_FIRST_SQL: Final = """SELECT p.cid, c.kind, p.max_seq, p.read_seq, COALESCE(d.seq, 0),
+  p.last_active, p.is_member, p.last_active
+FROM (
+  SELECT m.conv_id AS cid, COALESCE(m.left_seq, s.max_seq) AS max_seq, m.read_seq,
+    COALESCE(m.left_ms, s.last_active_ms) AS last_active, (m.left_seq IS NULL) AS is_member
+  FROM im_conv_member m JOIN im_conv_seq s ON s.conv_id = m.conv_id
+  WHERE m.uid = %s
+  HAVING last_active < %s OR (last_active = %s AND cid < %s)
+  ORDER BY last_active DESC, cid DESC
+  LIMIT %s
+) p
+JOIN im_conversation c ON c.conv_id = p.cid
+LEFT JOIN im_delivered d ON d.uid = %s AND d.device = %s AND d.conv_id = p.cid
+ORDER BY p.last_active DESC, p.cid DESC"""
+
 
 @dataclass(slots=True)
 class _SyncAsk:
@@ -110,9 +128,15 @@ class _SyncAsk:
     limit: int
     fut: asyncio.Future[SyncPage]
 
-    def params(self) -> tuple[Any, ...]:
+    def query(self) -> tuple[str, tuple[Any, ...]]:
         a_active, a_conv = self.after if self.after is not None else ((1 << 62), 0)
-        return (self.device, self.uid, self.since_ms, a_active, a_active, a_conv, self.limit + 1)
+        if self.since_ms <= 0:
+            return _SYNC_FIRST_SQL, (
+                self.uid, a_active, a_active, a_conv, self.limit + 1, self.uid, self.device,
+            )  # fmt: skip
+        return _SYNC_SQL, (
+            self.device, self.uid, self.since_ms, a_active, a_active, a_conv, self.limit + 1,
+        )  # fmt: skip
 
 
 def _sync_row(r: Sequence[Any], unread: dict[int, int]) -> SyncRow:
@@ -1034,7 +1058,7 @@ class MySQLStore:
 
     async def _sync_batch(self, asks: list[_SyncAsk]) -> None:
         async def q(cur: Cursor) -> tuple[list[list[Any]], list[dict[int, int]]]:
-            await cur.execute(";".join(cur.mogrify(_SYNC_SQL, a.params()) for a in asks))
+            await cur.execute(";".join(cur.mogrify(*a.query()) for a in asks))
             pages = [list(await cur.fetchall())]
             for _ in asks[1:]:
                 pages.append(list(await _next_rows(cur)))
