@@ -71,6 +71,7 @@ def _now_ms() -> int:
 
 
 MEMBER_CACHE_ROWS: Final = 500_000  # member rows cached at most (~100 B each)
+SEQ_CACHE_MAX: Final = 200_000  # conversations whose max seq the writer keeps in memory
 
 
 class _Members:
@@ -196,6 +197,8 @@ class EmbeddedStore:
         try:
             result = body(conn)
             conn.execute("COMMIT")
+            if len(self._seqs) > SEQ_CACHE_MAX:  # committed, so im_conv_seq holds them all
+                self._seqs.clear()
         except BaseException:
             # seqs handed out in a rolled-back transaction are given back
             for conv_id, before in self._seq_undo.items():

@@ -1,4 +1,4 @@
-"""The embedded store's member cache is bounded: least recently used conversations go
+"""The embedded store's in-memory caches are bounded: the member cache drops the least recently
 first, and what it answers stays right (a changed conversation is read again)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import pytest
 
 from storage.embedded import EmbeddedStore
 from storage.embedded import store as embedded
+from storage.models import AppendStatus, NewMessage
 
 
 async def test_member_cache_keeps_at_most_its_rows(
@@ -28,5 +29,20 @@ async def test_member_cache_keeps_at_most_its_rows(
         assert hot in cache and groups[1] not in cache  # least recently used went first
         await store.change_members(hot, 1, [4], [])
         assert await store.member_uids(hot) == [1, 2, 3, 4]  # read again after the change
+    finally:
+        await store.close()
+
+
+async def test_seq_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedded, "SEQ_CACHE_MAX", 5)
+    store = EmbeddedStore(str(tmp_path / "s.db"))
+    await store.start()
+    try:
+        groups = [(await store.create_group(1, f"g{i}", [1, 2]))[0] for i in range(12)]
+        for g in groups:
+            [r] = await store.append([NewMessage(g, 1, f"m{g}", 1, b"x")])
+            assert r.status is AppendStatus.STORED and r.message is not None
+            assert r.message.seq == 2  # after the "created" message, whatever was dropped
+            assert len(store._seqs) <= 6  # bounded (cleared once past 5)
     finally:
         await store.close()
