@@ -1,5 +1,6 @@
-"""The embedded store's in-memory caches are bounded: the member cache drops the least recently
-first, and what it answers stays right (a changed conversation is read again)."""
+"""The embedded store's in-memory caches are bounded: the member cache drops the least
+recently used conversations first, and what it answers stays right (a changed
+conversation is read again); the writer's max-seq cache is cleared past its bound."""
 
 from __future__ import annotations
 
