@@ -24,6 +24,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+from gateway.periodic import Periodic
 from storage.models import OutboxRow
 from storage.ports import Outbox
 
@@ -51,11 +52,10 @@ class OutboxKeeper:
         self._settled = settled  # wait for the fan-out requested so far; False: frames lost
         self._owes_hints = owes_hints  # SYNC_HINTs for lost frames not sent yet
         self._log = log
-        self._every_s = every_s
         self._fresh: set[int] = set()  # committed in this loop iteration
         self._done: set[int] = set()  # delivered, to delete
         self._held: set[int] = set()  # delivery lost frames: kept until hinted
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(every_s, self.tick, log=log, failed="outbox upkeep failed")
         self._background: set[asyncio.Task[None]] = set()
         self.redelivered = 0  # rows of dead nodes delivered again (metrics)
 
@@ -63,12 +63,10 @@ class OutboxKeeper:
         await self._outbox.keep_lease(self._node_id, self._ttl_ms)
         await self._sweep(self._node_id)  # left by a predecessor with our node id
         self._outbox.record_for(self._node_id)
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        self._loop.stop()
 
     async def finish(self) -> None:
         """At the end of a clean shutdown (after the last commit): clear what was
@@ -104,14 +102,6 @@ class OutboxKeeper:
             self._held |= ids
         else:
             self._done |= ids
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._every_s)
-            try:
-                await self.tick()
-            except Exception as e:  # MySQL trouble: the next tick retries
-                self._log.warning("outbox upkeep failed", error=repr(e))
 
     async def tick(self) -> None:
         """Renew the lease, clear delivered rows, take over lapsed nodes."""

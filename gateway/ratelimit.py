@@ -4,10 +4,10 @@ cache the first two are also reconciled across nodes once a second (`SharedBudge
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from gateway.periodic import Periodic
 from storage.ports import RateBudgets
 
 
@@ -81,27 +81,17 @@ class SharedBudgets:
         self._budgets = budgets
         self._limiters = limiters
         self._now_ms = now_ms
-        self._log = log
-        self._every_s = every_s
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(
+            every_s, self.report, log=log, failed="shared rate budgets not reported"
+        )  # Redis trouble: the local limits still hold meanwhile
         for limiter in limiters.values():
             limiter.spent = {}
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._every_s)
-            try:
-                await self.report()
-            except Exception as e:  # Redis trouble: local limits still hold
-                self._log.warning("shared rate budgets not reported", error=repr(e))
+        self._loop.stop()
 
     async def report(self) -> None:
         for kind, limiter in self._limiters.items():

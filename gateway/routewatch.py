@@ -26,10 +26,10 @@ own node also saw Redis fail.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
+from gateway.periodic import Periodic
 from storage.models import Route
 from storage.ports import RouteStore
 
@@ -58,14 +58,13 @@ class RouteWatch:
     ) -> None:
         self._routes = routes
         self._node_id = node_id
-        self._every_s = every_s
         self._sessions = sessions
         self._hint_all = hint_all  # awaitable: SYNC_HINT to every session, paced
         self._log = log
         self._on_loss = on_loss
         self._lost = False  # routes must be registered again
         self._missed = False  # pushes may have been dropped: hint every session
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic(every_s, self.check, log=log, failed="route check failed")
 
     async def start(self) -> None:
         """Set the marker (a node that starts has no routes to lose), then check on."""
@@ -73,12 +72,10 @@ class RouteWatch:
             await self._routes.mark(self._node_id)
         except Exception:
             self._missed = True  # nothing to hint yet; harmless
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._loop.start()
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        self._loop.stop()
 
     @property
     def owes_hints(self) -> bool:
@@ -88,14 +85,6 @@ class RouteWatch:
     def fanout_failed(self) -> None:
         """A fan-out route lookup failed: its pushes were dropped."""
         self._missed = True
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self._every_s)
-            try:
-                await self.check()
-            except Exception as e:  # never let the watch die; the next check retries
-                self._log.warning("route check failed", error=repr(e))
 
     async def check(self) -> None:
         """One check, and the recovery it calls for (see the module docstring)."""

@@ -185,14 +185,13 @@ async def test_drain_moves_every_client_without_loss(three: Cluster) -> None:
         assert c.connected and c.stats.reconnects >= 1
 
 
-async def test_receivers_behind_a_publisher_cut_off_the_bus_get_sync_hint(
+async def _sender_off_the_bus(
     cluster: Cluster,
-) -> None:
-    """Only the sender's node loses its bus link: the receiver's node lost nothing, so
-    only the sender's node knows the PUSH never left; once it can publish again it
-    sends the receiver SYNC_HINT, and the receiver's catch-up brings the message."""
-    await cluster.start_node(own_link=True)  # node 0: the sender's
-    await cluster.start_node()  # node 1: the receiver's
+) -> tuple[Client, Client, History, int, asyncio.Task[None]]:
+    """Node 0 (the sender's, with a bus link of its own) and node 1 (the receiver's); a
+    p2p message delivered, then node 0 alone cut off the bus."""
+    await cluster.start_node(own_link=True)
+    await cluster.start_node()
     sender = cluster.client(1, first=0)
     receiver = cluster.client(2, first=1)
     await sender.connect()
@@ -204,6 +203,16 @@ async def test_receivers_behind_a_publisher_cut_off_the_bus_get_sync_hint(
     await history.send(sender, conv, b"before")
     cluster.links[0].cut()  # node 0 alone is off the bus
     await asyncio.sleep(0.5)
+    return sender, receiver, history, conv, listening
+
+
+async def test_receivers_behind_a_publisher_cut_off_the_bus_get_sync_hint(
+    cluster: Cluster,
+) -> None:
+    """Only the sender's node loses its bus link: the receiver's node lost nothing, so
+    only the sender's node knows the PUSH never left; once it can publish again it
+    sends the receiver SYNC_HINT, and the receiver's catch-up brings the message."""
+    sender, _, history, conv, listening = await _sender_off_the_bus(cluster)
     lost = await history.send(sender, conv, b"while node 0 is off the bus")
     assert lost.outcome == "acked"  # durable, though its PUSH cannot leave node 0
     await asyncio.sleep(1.0)
@@ -224,19 +233,7 @@ async def test_fanout_owed_by_a_killed_node_is_delivered_by_a_survivor(
     healthy node all along, must still get the message, with no reconnect and no
     catch-up of its own. The surviving node finds the dead node's outbox rows once its
     lease (5 s) lapsed and delivers them."""
-    await cluster.start_node(own_link=True)  # node 0: the sender's
-    await cluster.start_node()  # node 1: the receiver's, and the survivor
-    sender = cluster.client(1, first=0)
-    receiver = cluster.client(2, first=1)
-    await sender.connect()
-    await receiver.connect()
-    history = History(members={})
-    listening = asyncio.create_task(history.receive(receiver))
-    conv = await sender.open_p2p(2)
-    history.members[conv] = {1, 2}
-    await history.send(sender, conv, b"before")
-    cluster.links[0].cut()  # node 0 alone is off the bus
-    await asyncio.sleep(0.5)
+    sender, receiver, history, conv, listening = await _sender_off_the_bus(cluster)
     owed = [await history.send(sender, conv, f"owed {i}".encode()) for i in range(3)]
     assert all(r.outcome == "acked" for r in owed)  # durable, though no PUSH left node 0
     cluster.nodes[0].kill()  # SIGKILL: its pending SYNC_HINTs die with it
