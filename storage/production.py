@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Sequence
 from typing import Final
 
@@ -79,6 +80,8 @@ class ProductionStore:
         self._delivered: dict[tuple[int, int, str], tuple[int, int]] = {}
         self._flusher: asyncio.Task[None] | None = None
         self.redis_errors = 0
+        self._redis_logged_at = -1e9  # when "redis unavailable" was last logged
+        self._redis_log_held = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -116,8 +119,15 @@ class ProductionStore:
         return self.mysql.outbox()
 
     def _redis_failed(self, op: str, e: Exception) -> None:
+        """Count it; log it at most once a second (an outage fails every call)."""
         self.redis_errors += 1
-        log.warning("redis unavailable; using MySQL", op=op, error=str(e))
+        now = time.monotonic()
+        if now - self._redis_logged_at < 1.0:
+            self._redis_log_held += 1
+            return
+        self._redis_logged_at = now
+        held, self._redis_log_held = self._redis_log_held, 0
+        log.warning("redis unavailable; using MySQL", op=op, error=str(e), similar_held_back=held)
 
     # -- members ---------------------------------------------------------------------------
 
