@@ -225,6 +225,8 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         gateway_down_s=round(down_s, 2),
         gateway_restart_s=round(up_s, 2),
         recovery_s=round(recovered_s, 2) if view.held >= n else None,
+        told_unavailable_max=view.unavailable_max,  # per client, over the run
+        clients_told_unavailable_over_2=view.unavailable_over_2,
         gateway_rss_bytes=run.sampler.latest_rss("gateway"),
         generator_rss_per_conn_bytes=_per_conn(view.rss, view.rss_baseline, max(1, view.held)),
     )

@@ -34,6 +34,8 @@ class FleetView:
     gave_up: int = 0  # connections that failed every try (without --reconnect)
     pongs: int = 0  # PINGs the gateway answered
     syncs: int = 0  # SYNCs the gateway answered
+    unavailable_max: int = 0  # the most ERROR unavailable one client was told
+    unavailable_over_2: int = 0  # clients told unavailable more than twice
 
     @property
     def error_count(self) -> int:
@@ -133,6 +135,8 @@ class Fleet:
             view.gave_up += m[10]
             view.pongs += m[11]
             view.syncs += m[12]
+            view.unavailable_max = max(view.unavailable_max, m[13])
+            view.unavailable_over_2 += m[14]
         return view
 
     def stop(self) -> None:

@@ -117,6 +117,9 @@ class Holders:
     """The connections of one process."""
 
     def __init__(self, spec: HolderSpec, out: Any) -> None:
+        self.unavailable: dict[int, int] = {}  # connection -> ERROR unavailable answers
+        self.unavailable_max = 0
+        self.unavailable_over_2 = 0  # clients told unavailable more than twice
         self.tls: ssl.SSLContext | None = None
         if spec.tls:
             self.tls = ssl.create_default_context()
@@ -245,6 +248,11 @@ class Holders:
             self.count(self.kicks, _name(KickReason, frame[1]))
         elif op == Op.ERROR:
             self.count(self.errors, _name(ErrorCode, frame[2]))
+            if frame[2] == ErrorCode.UNAVAILABLE:  # per client: how often it was told
+                told = self.unavailable[conn.i] = self.unavailable.get(conn.i, 0) + 1
+                if told == 3:
+                    self.unavailable_over_2 += 1
+                self.unavailable_max = max(self.unavailable_max, told)
             if conn.state == SYNCING:  # as a client would: SYNC again after a backoff
                 conn.attempt += 1
                 ceiling = min(self.spec.backoff_cap_s, self.spec.backoff_base_s * 2**conn.attempt)
@@ -321,7 +329,7 @@ class Holders:
         self.out.put(
             ("progress", self.spec.idx, self.started, self.held, self.logins, self.drops,
              dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0, self.gave_up,
-             self.pongs, self.syncs)
+             self.pongs, self.syncs, self.unavailable_max, self.unavailable_over_2)
         )  # fmt: skip
 
 

@@ -133,7 +133,9 @@ def summary(result: dict[str, Any]) -> str:
         lines.append(
             f"- {result.get('how')}: gateway back after {result.get('gateway_restart_s')} s; "
             f"all clients back and synced after {result.get('recovery_s')} s "
-            f"({result.get('relogins')} logins; backoff {result.get('reconnect_backoff')})"
+            f"({result.get('relogins')} logins; backoff {result.get('reconnect_backoff')}); "
+            f"unavailable at most {result.get('told_unavailable_max')} times to one client, "
+            f"more than twice to {result.get('clients_told_unavailable_over_2')}"
         )
     if s in ("chat", "group"):
         lines.append(
