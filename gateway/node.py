@@ -262,7 +262,9 @@ class Node:
 
     # -- sessions ------------------------------------------------------------------------
 
-    async def open_session(self, conn: Connection, uid: int, device: str, exp: int) -> bool:
+    async def open_session(
+        self, conn: Connection, uid: int, device: str, exp: int, iat: int | None = None
+    ) -> bool:
         """Install the route of a verified login and make `conn` active; the previous
         connection of the same device, here or on another node, is kicked."""
         if not self.accepting:  # draining: log in elsewhere
@@ -270,7 +272,7 @@ class Node:
             return False
         route = Route(uid, device, self.node_id, conn.conn_id, time.time_ns())
         try:
-            prev = await self.routes.register(route)
+            prev = await self.routes.register(route, iat=iat)
         except StoreUnavailable:
             # The write may have landed before the error: take it back (CAS, best effort).
             self.spawn(self._remove_route(route))

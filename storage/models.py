@@ -181,6 +181,10 @@ class GroupFull(Exception):
     """A membership change would take a group over its member limit; nothing changed."""
 
 
+class Revoked(Exception):
+    """A login whose token a revocation covers (RouteStore.register refused it)."""
+
+
 class StoreUnavailable(Exception):
     """The authoritative store could not complete the operation; nothing was committed."""
 

@@ -209,8 +209,10 @@ class RouteStore(Protocol):
     route is renewed or removed only by the connection that owns it (node, conn_id,
     epoch), so a stale connection can never touch a newer login's route."""
 
-    async def register(self, route: Route) -> Route | None:
-        """Install `route`, replacing and returning any previous route of the device."""
+    async def register(self, route: Route, *, iat: int | None = None) -> Route | None:
+        """Install `route`, replacing and returning any previous route of the device.
+        Raises `Revoked`, installing nothing, when a revocation of the uid or device
+        covers a token minted at `iat` (None: a v1 token, covered by any)."""
         ...
 
     async def renew(self, routes: Sequence[Route]) -> None:
@@ -235,10 +237,6 @@ class RouteStore(Protocol):
         """Record that the tokens of `uid` (one device, or all with None) minted up to
         `at_s` (Unix seconds) are revoked; the record lasts `keep_s` (the longest token
         lifetime)."""
-        ...
-
-    async def revoked_at(self, uid: int, device: str) -> int | None:
-        """The latest revocation applying to (`uid`, `device`), or None."""
         ...
 
     async def mark(self, node: str) -> bool:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from protocol.frames import Login, LoginOk, Logout, Ping, Pong
 from protocol.ops import KNOWN_CAPS, PROTOCOL_VERSION, ErrorCode
 from protocol.token import DEVICE_RE, TokenError, verify_token
-from storage.models import StoreUnavailable
+from storage.models import Revoked, StoreUnavailable
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
@@ -47,13 +47,12 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
         conn.fail(ErrorCode.AUTH_FAILED, "token refused", f.rid)
         return
     try:
-        revoked = await node.routes.revoked_at(f.uid, f.device)
-        if revoked is not None and (claims.iat is None or claims.iat <= revoked):
-            node.metrics.logins.labels(result="auth_failed").inc()
-            node.log.info("login refused", uid=f.uid, device=f.device, reason="revoked")
-            conn.fail(ErrorCode.AUTH_FAILED, "token revoked", f.rid)
-            return
-        opened = await node.open_session(conn, f.uid, f.device, claims.exp)
+        opened = await node.open_session(conn, f.uid, f.device, claims.exp, claims.iat)
+    except Revoked:
+        node.metrics.logins.labels(result="auth_failed").inc()
+        node.log.info("login refused", uid=f.uid, device=f.device, reason="revoked")
+        conn.fail(ErrorCode.AUTH_FAILED, "token revoked", f.rid)
+        return
     except StoreUnavailable as e:
         if (held := node.log_throttle.allow("login")) is not None:
             node.log.warning(

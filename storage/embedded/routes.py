@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from storage.models import Route
+from storage.models import Revoked, Route
 
 ROUTE_TTL_S = 90.0
 
@@ -65,7 +65,10 @@ class MemoryRouteStore:
         elif slot is not None and slot[0].device == device:
             del self._by_uid[uid]
 
-    async def register(self, route: Route) -> Route | None:
+    async def register(self, route: Route, *, iat: int | None = None) -> Route | None:
+        revoked = self._revoked_at(route.uid, route.device)
+        if revoked is not None and (iat is None or iat <= revoked):
+            raise Revoked(f"tokens of {route.uid}/{route.device} revoked at {revoked}")
         prev = self._entry(route.uid, route.device)
         now = self._clock()
         self._put(route, now + self._ttl)
@@ -118,7 +121,7 @@ class MemoryRouteStore:
         held[key] = max(held.get(key, 0), at_s)
         self._revoked_until[uid] = time.time() + keep_s
 
-    async def revoked_at(self, uid: int, device: str) -> int | None:
+    def _revoked_at(self, uid: int, device: str) -> int | None:
         held = self._revoked.get(uid)
         if held is None:
             return None

@@ -53,7 +53,7 @@ from typing import Final
 
 import redis.asyncio as aioredis
 
-from storage.models import Route
+from storage.models import Revoked, Route
 from storage.redis import raw
 from storage.redis.connect import check_prefix
 from storage.redis.errors import op_timeout, unavailable
@@ -74,11 +74,16 @@ local function index_put(device, entry, ttl_ms, now_ms)
 end
 """
 
-# KEYS: route, online. ARGV: value, device, entry, ttl_ms, now_ms.
-# Returns the previous value, or nil if none (or if it was this very route: a retry).
+# KEYS: route, online, revoked. ARGV: value, device, entry, ttl_ms, now_ms, iat (-1: v1).
+# Returns the previous value, or nil if none (or if it was this very route: a retry), or
+# {revoked_at} without touching anything when a revocation covers the token.
 _REGISTER = (
     _LUA_INDEX
     + """
+local revs = redis.call('HMGET', KEYS[3], ARGV[2], '*')
+local rev = math.max(tonumber(revs[1] or '-1'), tonumber(revs[2] or '-1'))
+local iat = tonumber(ARGV[6])
+if rev >= 0 and (iat < 0 or iat <= rev) then return {tostring(rev)} end
 local prev = redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[4])
 index_put(ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]))
@@ -127,15 +132,6 @@ if held and string.sub(held, 1, #ARGV[1] + 1) == ARGV[1] .. '|' then
   removed = 1
 end
 return removed
-"""
-
-# KEYS: the revoked hash. ARGV: device. The latest revocation of the device or all of them.
-_REVOKED_AT = """
-local at = redis.call('HMGET', KEYS[1], ARGV[1], '*')
-local a, b = tonumber(at[1] or '-1'), tonumber(at[2] or '-1')
-local m = math.max(a, b)
-if m < 0 then return false end
-return tostring(m)
 """
 
 # KEYS: the revoked hash. ARGV: field, at_s, keep_ms.
@@ -191,7 +187,6 @@ class RedisRouteStore:
         self._renew = client.register_script(_RENEW)
         self._remove = client.register_script(_REMOVE)
         self._revoke = client.register_script(_REVOKE)
-        self._revoked_at = client.register_script(_REVOKED_AT)
         self._renewed = 0
         self._recreated = 0
         self._refused = 0
@@ -217,9 +212,10 @@ class RedisRouteStore:
 
     # -- RouteStore -----------------------------------------------------------------------
 
-    async def register(self, route: Route) -> Route | None:
-        """Install `route`, replacing and returning the previous live route of the device.
-        The registrations and removals of one loop iteration share one pipeline."""
+    async def register(self, route: Route, *, iat: int | None = None) -> Route | None:
+        """Install `route`, replacing and returning the previous live route of the device,
+        unless a revocation covers the token (`Revoked`: checked in the same script). The
+        registrations and removals of one loop iteration share one pipeline."""
         now = _now_ms()
         value = route_value(route)
         args: list[str | int] = [
@@ -228,8 +224,12 @@ class RedisRouteStore:
             f"{value}|{now + self._ttl_ms}",
             self._ttl_ms,
             now,
+            -1 if iat is None else iat,
         ]
-        prev = await self._coalesced.call((self._register, self._keys(route), args))
+        keys = [*self._keys(route), self.revoked_key(route.uid)]
+        prev = await self._coalesced.call((self._register, keys, args))
+        if isinstance(prev, list):
+            raise Revoked(f"tokens of {route.uid}/{route.device} revoked at {_text(prev[0])}")
         return None if prev is None else parse_route(route.uid, route.device, prev)
 
     async def renew(self, routes: Sequence[Route]) -> None:
@@ -302,12 +302,6 @@ class RedisRouteStore:
         args: list[str | int] = ["*" if device is None else device, at_s, keep_s * 1000]
         async with unavailable("revoke", self._limit):
             await self._revoke(keys=[self.revoked_key(uid)], args=args)
-
-    async def revoked_at(self, uid: int, device: str) -> int | None:
-        """Checked at every login: shares the logins' coalesced pipeline."""
-        call: ScriptCall = (self._revoked_at, [self.revoked_key(uid)], [device])
-        at = await self._coalesced.call(call)
-        return None if at is None else int(at)
 
     async def mark(self, node: str) -> bool:
         """Set the node's marker (TTL: the routes' TTL) and say whether it was missing."""

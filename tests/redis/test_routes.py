@@ -7,9 +7,10 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import pytest
 import redis.asyncio as aioredis
 
-from storage.models import Route, StoreUnavailable
+from storage.models import Revoked, Route, StoreUnavailable
 from storage.redis import RedisRouteStore, redis_from_url
 from tests.redis.conftest import url_with
 from tests.support.services import drop_redis
@@ -107,6 +108,24 @@ async def test_marker_says_when_the_routes_were_lost(
     await drop_redis(url_with(prefix=prefix))  # FLUSHDB, a restart without persistence
     assert await routes.mark("n1") is True
     assert await routes.mark("n1") is False
+
+
+async def test_register_refuses_a_revoked_token_in_the_same_script(
+    routes: RedisRouteStore,
+) -> None:
+    await routes.revoke(7, "phone", 1_000, 3600)
+    with pytest.raises(Revoked):
+        await routes.register(route(), iat=None)  # v1: minting time unknown
+    with pytest.raises(Revoked):
+        await routes.register(route(), iat=1_000)  # minted at the revocation
+    assert await routes.get(7, "phone") is None  # nothing installed
+    r = route()
+    assert await routes.register(r, iat=1_001) is None  # minted after it
+    assert await routes.get(7, "phone") == r
+    assert await routes.register(route(device="tablet")) is None  # another device
+    await routes.revoke(7, None, 2_000, 3600)  # every device
+    with pytest.raises(Revoked):
+        await routes.register(route(device="tablet"), iat=1_500)
 
 
 async def test_online_ignores_and_prunes_expired_index_fields(
