@@ -155,9 +155,7 @@ async def test_admin_actions_need_the_token_when_one_is_set(start_gateway: Start
     assert (await http(port, "POST", "/drain", "Authorization: Basic s3cret"))[0] == 401
     assert gw.node is not None and gw.node.accepting  # none of them started a drain
     assert (await http(port, "POST", "/drain", "authorization: bearer s3cret"))[0] == 202
-    async with asyncio.timeout(10):
-        while gw.node.accepting:  # noqa: ASYNC110 - a flag no event announces
-            await asyncio.sleep(0.05)
+    await asyncio.wait_for(gw.wait_stopped(), timeout=10)  # the drain ran to its end
 
 
 def test_a_public_admin_address_needs_a_token(tmp_path: Path) -> None:
