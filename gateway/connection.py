@@ -2,6 +2,17 @@
 write-buffer limits and the in-order request queue. The op semantics live in
 `gateway.handlers`; this module only moves frames.
 
+Every state transition of a connection happens in this module:
+
+    AWAIT_LOGIN --LOGIN--> LOGGING_IN --route installed (activate)--> ACTIVE
+         |                     |                                        |
+         +---------------------+--- fail / kick / close / timeout ------+--> CLOSING
+                                                                              |
+                                                   socket gone (connection_lost) --> CLOSED
+
+The node installs the route of a LOGIN and calls `activate`; it never writes a
+connection's fields. What the connection needs from its node is the `Hub` Protocol below.
+
 An idle connection owns no task and no timer handle: the node's timing wheel drives its
 login deadline, idle timeout, token expiry and route renewal. A task exists only while
 the connection has requests in flight.
@@ -11,19 +22,22 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections import deque
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, Final, Protocol, cast
 
 from gateway.handlers import dispatch, dispatch_now
+from gateway.ports import Services
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder
 from protocol.errors import FrameError
 from protocol.frames import Error, Invalid, Kick, Login, Logout, Ping, Pong, Send, Typing
-from protocol.ops import ErrorCode, KickReason
+from protocol.ops import ErrorCode, KickReason, Op
 from storage.models import Route
 
 if TYPE_CHECKING:
-    from gateway.node import Node
+    from gateway.ratelimit import UidRateLimiter
+    from gateway.wheel import TimingWheel
     from protocol.frames import ClientFrame, Frame, ServerFrame
 
 _PING: Final = encode(Ping())
@@ -47,6 +61,45 @@ class Backlog:
         self.size = 0
 
 
+class Hub(Services, Protocol):
+    """What a connection needs from its node, beyond what its handlers need."""
+
+    wheel: TimingWheel
+    decoder: FrameDecoder  # the shared decoder of whole frames (see data_received)
+    partial_bytes: int  # unfinished frames held by all connections
+    backlog: dict[Connection, Backlog]
+    held: set[Connection]  # not read: send backpressure
+    accepting: bool  # False while draining
+    op_limiter: UidRateLimiter
+    typing_limiter: UidRateLimiter
+
+    def new_decoder(self) -> FrameDecoder: ...
+
+    def admit(self, conn: Connection) -> int:
+        """A new connection id, or 0: refused (full, draining, too many from its IP)."""
+
+    def closing(self, conn: Connection, *, was_active: bool) -> None:
+        """`conn` started closing: stop routing to it."""
+
+    def forget(self, conn: Connection, *, was_active: bool) -> None:
+        """`conn`'s socket is gone."""
+
+    def write_soon(self, conn: Connection, frame: bytes) -> None:
+        """Write `frame` with the others for `conn` at the end of this loop iteration."""
+
+    def renew_route(self, conn: Connection) -> None: ...
+
+    async def open_session(
+        self, conn: Connection, uid: int, device: str, exp: int, iat: int | None
+    ) -> Route | None:
+        """Install the route of a verified LOGIN; None when `conn` lost (it was kicked,
+        or closed meanwhile)."""
+
+    async def end_session(self, conn: Connection) -> None: ...
+
+    def hold_sends(self, conn: Connection) -> None: ...
+
+
 class State(enum.IntEnum):
     AWAIT_LOGIN = 0
     LOGGING_IN = 1
@@ -56,10 +109,13 @@ class State(enum.IntEnum):
 
 
 class Connection(asyncio.Protocol):
+    """`phase_deadline` is when the current phase must end: before ACTIVE, the LOGIN
+    deadline; while ACTIVE, that of the unfinished frame (0: none); while CLOSING, the
+    moment the socket is aborted if the peer has not taken our last bytes."""
+
     __slots__ = (
         "caps",
         "conn_id",
-        "deadline",
         "decoder",
         "inbox",
         "last_renew",
@@ -67,6 +123,7 @@ class Connection(asyncio.Protocol):
         "node",
         "paused",
         "peer_ip",
+        "phase_deadline",
         "route",
         "state",
         "task",
@@ -76,7 +133,7 @@ class Connection(asyncio.Protocol):
         "transport",
     )
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: Hub) -> None:
         self.node = node
         self.conn_id = 0
         self.transport: asyncio.Transport | None = None
@@ -86,7 +143,7 @@ class Connection(asyncio.Protocol):
         self.peer_ip = ""
         self.last_rx = 0.0
         self.last_renew = 0.0
-        self.deadline = 0.0  # login deadline, then the close grace deadline
+        self.phase_deadline = 0.0
         self.token_deadline = 0.0
         self.timer_at = 0.0
         self.timer_slot = 0
@@ -109,6 +166,44 @@ class Connection(asyncio.Protocol):
     def active(self) -> bool:
         return self.state == State.ACTIVE
 
+    @property
+    def logging_in(self) -> bool:
+        return self.state == State.LOGGING_IN
+
+    # -- session ----------------------------------------------------------------------
+
+    async def log_in(
+        self, uid: int, device: str, exp: int, iat: int | None, caps: frozenset[str]
+    ) -> bool:
+        """LOGIN verified: install the route (the node kicks an older login of the same
+        device) and become ACTIVE. False when this connection lost or closed meanwhile."""
+        route = await self.node.open_session(self, uid, device, exp, iat)
+        if route is None:
+            return False
+        self._activate(route, exp + self.node.config.token_leeway, caps)
+        return True
+
+    def _activate(self, route: Route, token_expires: float, caps: frozenset[str]) -> None:
+        node = self.node
+        cfg = node.config
+        now = node.loop.time()
+        self.route = route
+        self.state = State.ACTIVE
+        self.caps = caps
+        self.phase_deadline = 0.0  # from now on that of an unfinished frame
+        self.last_renew = now
+        self.token_deadline = now + (token_expires - time.time())
+        node.wheel.schedule(
+            self, min(self.last_rx + cfg.idle, now + cfg.route_renew_s, self.token_deadline)
+        )
+
+    async def log_out(self) -> None:
+        if self.active:
+            await self.node.end_session(self)
+
+    def hold_sends(self) -> None:
+        self.node.hold_sends(self)
+
     # -- asyncio.Protocol ---------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -117,14 +212,16 @@ class Connection(asyncio.Protocol):
         if node.config.max_connections_per_ip:  # only then is the address worth its bytes
             peer = transport.get_extra_info("peername")
             self.peer_ip = peer[0] if peer else ""
-        if not node.admit(self):
+        conn_id = node.admit(self)
+        if not conn_id:
             transport.abort()
             self.state = State.CLOSED
             return
+        self.conn_id = conn_id
         now = node.loop.time()
         self.last_rx = now
-        self.deadline = now + node.config.login_timeout
-        node.wheel.schedule(self, self.deadline)
+        self.phase_deadline = now + node.config.login_timeout
+        node.wheel.schedule(self, self.phase_deadline)
 
     def data_received(self, data: bytes) -> None:
         if self.state >= State.CLOSING:
@@ -160,10 +257,10 @@ class Connection(asyncio.Protocol):
             node.partial_bytes += buffered - held
             if decoder is node.decoder:
                 self.decoder, node.decoder = decoder, node.new_decoder()
-            if self.state == State.ACTIVE and (frames or not self.deadline):
+            if self.state == State.ACTIVE and (frames or not self.phase_deadline):
                 # the unfinished frame started in this read: it has frame_timeout
-                self.deadline = self.last_rx + node.config.frame_timeout
-                node.wheel.schedule(self, self.deadline)
+                self.phase_deadline = self.last_rx + node.config.frame_timeout
+                node.wheel.schedule(self, self.phase_deadline)
             if node.partial_bytes > node.config.max_partial_bytes:
                 self.fail(ErrorCode.BAD_FRAME, "server busy: too many unfinished frames")
                 return
@@ -171,7 +268,7 @@ class Connection(asyncio.Protocol):
             node.partial_bytes -= held
             self.decoder = None  # the frame completed: back to owning none
             if self.state == State.ACTIVE:
-                self.deadline = 0.0
+                self.phase_deadline = 0.0
         for frame in frames:
             if self.state >= State.CLOSING:
                 return
@@ -212,8 +309,10 @@ class Connection(asyncio.Protocol):
             if isinstance(frame, Login):
                 self.state = State.LOGGING_IN
             elif isinstance(frame, Invalid):
-                code = ErrorCode.BAD_REQUEST if frame.op == 1 else ErrorCode.NOT_LOGGED_IN
-                self.fail(code, frame.text if frame.op == 1 else "LOGIN must come first", frame.rid)
+                if frame.op == Op.LOGIN:  # a LOGIN with bad fields
+                    self.fail(ErrorCode.BAD_REQUEST, frame.text, frame.rid)
+                else:
+                    self.fail(ErrorCode.NOT_LOGGED_IN, "LOGIN must come first", frame.rid)
                 return
             else:
                 self.fail(
@@ -273,9 +372,15 @@ class Connection(asyncio.Protocol):
         return True
 
     def release_reading(self) -> None:
-        """Read again after hold_reading, unless the request queue still needs the pause."""
+        """Read again after hold_reading, unless the request queue still needs the pause
+        or the node is draining (a draining node keeps its connections paused)."""
         transport = self.transport
-        if not self.paused or transport is None or self.state >= State.CLOSING:
+        if (
+            not self.paused
+            or transport is None
+            or self.state >= State.CLOSING
+            or not self.node.accepting
+        ):
             return
         if self.inbox and len(self.inbox) >= self.node.config.max_inflight_requests // 2:
             return  # _drain resumes it when the queue is down
@@ -352,9 +457,9 @@ class Connection(asyncio.Protocol):
             transport.write(last)
         transport.close()
         self.node.closing(self, was_active=was == State.ACTIVE)
-        self.deadline = self.node.loop.time() + CLOSE_GRACE_S
+        self.phase_deadline = self.node.loop.time() + CLOSE_GRACE_S
         self.timer_at = 0.0
-        self.node.wheel.schedule(self, self.deadline)
+        self.node.wheel.schedule(self, self.phase_deadline)
 
     # -- timing wheel -------------------------------------------------------------------
 
@@ -363,20 +468,20 @@ class Connection(asyncio.Protocol):
         if state == State.CLOSED:
             return None
         if state == State.CLOSING:
-            if now >= self.deadline and self.transport is not None:
+            if now >= self.phase_deadline and self.transport is not None:
                 self.transport.abort()  # the peer never took our last bytes
                 return None
-            return self.deadline
+            return self.phase_deadline
         if state < State.ACTIVE:
-            if now >= self.deadline:
+            if now >= self.phase_deadline:
                 self.fail(ErrorCode.NOT_LOGGED_IN, "login timeout")
                 return None
-            return self.deadline
+            return self.phase_deadline
         cfg = self.node.config
         if now - self.last_rx >= cfg.idle:
             self.close()
             return None
-        if self.deadline and now >= self.deadline and self.decoder is not None:
+        if self.phase_deadline and now >= self.phase_deadline and self.decoder is not None:
             self.fail(ErrorCode.BAD_FRAME, f"frame not completed within {cfg.frame_timeout:g} s")
             return None
         if self.token_deadline and now >= self.token_deadline:
@@ -392,6 +497,6 @@ class Connection(asyncio.Protocol):
         nxt = min(self.last_rx + cfg.idle, nxt_renew)
         if self.token_deadline:
             nxt = min(nxt, self.token_deadline)
-        if self.deadline:
-            nxt = min(nxt, self.deadline)
+        if self.phase_deadline:
+            nxt = min(nxt, self.phase_deadline)
         return nxt

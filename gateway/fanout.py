@@ -6,60 +6,103 @@ Redis round trip, not one per message), then each frame written to its local con
 and, for users on other nodes, one bus publish per node carrying every frame for it.
 Best effort: a failed lookup is logged and counted, a failed publish is counted by the
 bus (it never raises); receivers catch up with SYNC/PULL, and those behind a lost publish
-are sent SYNC_HINT once the node can publish again (`Node.missed`).
+are sent SYNC_HINT once the node can publish again (`FanOut._lost`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, NamedTuple
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, Final, NamedTuple
 
-import msgpack
+from gateway import envelope
+from gateway.metrics import Metrics
+from gateway.ports import Session
+from protocol.codec import encode
+from protocol.frames import SyncHint
+from storage.ports import Bus, Delivery, RouteStore
 
-from storage.ports import Delivery
-
-if TYPE_CHECKING:
-    from gateway.connection import Connection
-    from gateway.node import Node
-
-# Bus envelope: [kind, [[conn_ids, frame bytes], ...]]
-BUS_FRAMES: Final = 1
-BUS_KICK: Final = 2  # duplicate_login
-BUS_REVOKE: Final = 3  # auth_revoked
+MISSED_RETRY_S: Final = 1.0
+MISSED_CAP: Final = 100_000  # connection ids remembered per node; beyond, their next sync
+_SYNC_HINT: Final = encode(SyncHint())
 
 
 class _Delivery(NamedTuple):
     uids: Sequence[int]
     payload: bytes
-    skip: Connection | None
+    skip: Session | None
 
 
 class FanOut:
-    __slots__ = ("_node", "_pending", "_running", "_scheduled", "failures")
+    """The fan-out of one node. It reads the node's sessions (`sessions`, conn_id ->
+    session) and nothing else of it; `on_lookup_failed` is told when a route lookup
+    failed (the route watch then hints every session once Redis answers again)."""
 
-    def __init__(self, node: Node) -> None:
-        self._node = node
+    __slots__ = (
+        "_bus",
+        "_log",
+        "_loop",
+        "_metrics",
+        "_missed",
+        "_missed_task",
+        "_node_id",
+        "_on_lookup_failed",
+        "_pending",
+        "_routes",
+        "_running",
+        "_scheduled",
+        "_sessions",
+        "_spawn",
+        "_throttle",
+        "failures",
+    )
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        loop: asyncio.AbstractEventLoop,
+        routes: RouteStore,
+        bus: Bus,
+        sessions: Mapping[int, Session],
+        metrics: Metrics,
+        spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
+        on_lookup_failed: Callable[[], None],
+        log: Any,
+        throttle: Callable[[str], int | None],
+    ) -> None:
+        self._node_id = node_id
+        self._loop = loop
+        self._routes = routes
+        self._bus = bus
+        self._sessions = sessions
+        self._metrics = metrics
+        self._spawn = spawn
+        self._on_lookup_failed = on_lookup_failed
+        self._log = log
+        self._throttle = throttle
         self._pending: list[_Delivery] = []
         self._scheduled = False
         self._running: set[asyncio.Task[None]] = set()
+        self._missed: dict[str, set[int]] = {}  # node -> its connections behind lost publishes
+        self._missed_task: asyncio.Task[None] | None = None
         self.failures = 0  # deliveries that lost frames (lookup failed, publish lost)
 
-    def deliver(self, uids: Sequence[int], payload: bytes, skip: Connection | None = None) -> None:
+    def deliver(self, uids: Sequence[int], payload: bytes, skip: Session | None = None) -> None:
         """Write `payload` to every online device of `uids` except `skip`, soon."""
         if not uids:
             return
         self._pending.append(_Delivery(uids, payload, skip))
         if not self._scheduled:
             self._scheduled = True
-            self._node.loop.call_soon(self._flush)
+            self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._scheduled = False
         batch, self._pending = self._pending, []
         if batch:
-            task = self._node.spawn(self._deliver(batch))
+            task = self._spawn(self._deliver(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
@@ -73,27 +116,35 @@ class FanOut:
             await asyncio.wait(list(self._running))
         return self.failures == before
 
+    @property
+    def owes_hints(self) -> bool:
+        """Whether SYNC_HINTs for frames lost on the bus are still to be sent."""
+        return bool(self._missed)
+
+    def close(self) -> None:
+        if self._missed_task is not None:
+            self._missed_task.cancel()
+
     async def _deliver(self, batch: list[_Delivery]) -> None:
-        node = self._node
         wanted = {u for d in batch for u in d.uids}
         try:
-            online = await node.routes.online(list(wanted))
+            online = await self._routes.online(list(wanted))
         except Exception as e:
-            node.metrics.fanout_failures.inc()
+            self._metrics.fanout_failures.inc()
             self.failures += 1
-            node.route_watch.fanout_failed()  # hint every session once Redis answers again
-            if (held := node.log_throttle.allow("fan-out lookup")) is not None:
-                node.log.warning(
+            self._on_lookup_failed()
+            if (held := self._throttle("fan-out lookup")) is not None:
+                self._log.warning(
                     "fan-out route lookup failed",
                     users=len(wanted),
                     error=repr(e),
                     similar_held_back=held,
                 )
             return
-        me = node.node_id
-        sessions = node.sessions
+        me = self._node_id
+        sessions = self._sessions
         pushes = 0
-        remote: dict[str, list[tuple[list[int], bytes]]] = defaultdict(list)
+        remote: dict[str, list[envelope.Item]] = defaultdict(list)
         for d in batch:
             far: dict[str, list[int]] = {}
             for uid in d.uids:
@@ -108,15 +159,34 @@ class FanOut:
                         far.setdefault(r.node, []).append(r.conn_id)
             for target, conn_ids in far.items():
                 remote[target].append((conn_ids, d.payload))
-        node.metrics.pushes.inc(pushes)
+        self._metrics.pushes.inc(pushes)
         if remote:  # one publish per node, all at once (each may wait for a broker confirm)
             results = await asyncio.gather(
-                *(
-                    node.bus.publish(t, msgpack.packb([BUS_FRAMES, items]))
-                    for t, items in remote.items()
-                )
+                *(self._bus.publish(t, envelope.frames(items)) for t, items in remote.items())
             )
             for (target, items), result in zip(remote.items(), results, strict=True):
                 if result is Delivery.LOST:  # that node is alive: tell its clients later
                     self.failures += 1
-                    node.missed(target, {c for conn_ids, _ in items for c in conn_ids})
+                    self._lost(target, (c for conn_ids, _ in items for c in conn_ids))
+
+    def _lost(self, target: str, conn_ids: Iterable[int]) -> None:
+        """Frames for `conn_ids` on node `target` were lost on the way (our bus link was
+        down, or the broker did not confirm): send them SYNC_HINT once we can publish
+        again, so they catch up without waiting for their next reconnect."""
+        ids = self._missed.setdefault(target, set())
+        if len(ids) < MISSED_CAP:
+            ids.update(conn_ids)
+        if self._missed_task is None:
+            self._missed_task = self._loop.create_task(self._hint_missed())
+
+    async def _hint_missed(self) -> None:
+        try:
+            while self._missed:
+                await asyncio.sleep(MISSED_RETRY_S)
+                for target in list(self._missed):
+                    ids = self._missed.pop(target)
+                    hint = envelope.frames([(list(ids), _SYNC_HINT)])
+                    if await self._bus.publish(target, hint) is Delivery.LOST:
+                        self._missed.setdefault(target, set()).update(ids)  # next round
+        finally:
+            self._missed_task = None

@@ -2,7 +2,9 @@
 routes, bus, timing wheel, send batcher, rate limiter, metrics), and fan-out.
 
 Connections call into the node for everything that crosses connections: admission,
-sessions (route install, duplicate-login kicks), route renewals, and delivery.
+sessions (route install, duplicate-login kicks), route renewals, and delivery. The node
+is the connections' `Hub` and their handlers' `Services` (gateway.ports); it reads its
+connections but never changes their state (gateway.connection owns every transition).
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any, Final
 
-import msgpack
 import structlog
 
+from gateway import envelope
 from gateway.batcher import SendBatcher
 from gateway.config import Config
-from gateway.connection import Backlog, Connection, State
+from gateway.connection import Backlog, Connection
 from gateway.contentcheck import WebhookCheck
-from gateway.fanout import BUS_FRAMES, BUS_KICK, BUS_REVOKE, FanOut
+from gateway.fanout import FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
 from gateway.outbox import OutboxKeeper
+from gateway.ports import Session
 from gateway.ratelimit import SharedBudgets, UidRateLimiter
 from gateway.routewatch import RouteWatch
 from gateway.wheel import TimingWheel
@@ -31,11 +34,9 @@ from protocol.decoder import FrameDecoder, Side
 from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
 from storage.models import OutboxRow, Route, StoredMessage, StoreUnavailable
-from storage.ports import Bus, ChatStore, Delivery, RateBudgets, RouteStore
+from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
-MISSED_RETRY_S: Final = 1.0
-MISSED_CAP: Final = 100_000  # connection ids remembered per node; beyond, their next sync
 PACE_STEP_S: Final = 0.05
 
 
@@ -128,19 +129,28 @@ class Node:
         self._soon: dict[Connection, list[bytes]] = {}  # frames to write at the iteration's end
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()
-        self.fan = FanOut(self)
-        self._missed: dict[str, set[int]] = {}  # node -> its connections behind lost publishes
-        self._missed_task: asyncio.Task[None] | None = None
         self.accepting = True
         self.drain_hint = config.reconnect_hint  # the reconnect hint of the drain under way
         self.route_watch = RouteWatch(
             routes,
             node_id,
             every_s=config.route_check_s,
-            sessions=self.live_connections,
+            sessions=lambda: list(self.sessions.values()),
             hint_all=self.hint_all,
             log=self.log,
             on_loss=self.metrics.route_losses.inc,
+        )
+        self.fan = FanOut(
+            node_id=node_id,
+            loop=self.loop,
+            routes=routes,
+            bus=bus,
+            sessions=self.sessions,
+            metrics=self.metrics,
+            spawn=self.spawn,
+            on_lookup_failed=self.route_watch.fanout_failed,
+            log=self.log,
+            throttle=self.log_throttle.allow,
         )
         # The transactional outbox, where other nodes could deliver for a dead one.
         outbox = store.outbox()
@@ -187,20 +197,21 @@ class Node:
 
     # -- admission and bookkeeping -------------------------------------------------------
 
-    def admit(self, conn: Connection) -> bool:
+    def admit(self, conn: Connection) -> int:
+        """A new connection id for `conn`, or 0: refused (full, draining, or too many
+        connections from its IP)."""
         cfg = self.config
         if not self.accepting or self.open_count >= self.max_connections:
-            return False
+            return 0
         if cfg.max_connections_per_ip:
             n = self._per_ip.get(conn.peer_ip, 0)
             if n >= cfg.max_connections_per_ip:
-                return False
+                return 0
             self._per_ip[conn.peer_ip] = n + 1
         self.open_count += 1
         self._next_conn_id += 1
-        conn.conn_id = self._next_conn_id
         self.metrics.connections.inc()
-        return True
+        return self._next_conn_id
 
     # -- send backpressure -----------------------------------------------------------------
 
@@ -222,11 +233,9 @@ class Node:
                     conn.release_reading()
 
     def closing(self, conn: Connection, *, was_active: bool) -> None:
-        """`conn` started closing: stop routing to it now."""
-        if was_active:
-            self._end_local(conn)
-            if conn.route is not None:
-                self.spawn(self._remove_route(conn.route))
+        """`conn` started closing: stop routing to it now (unless LOGOUT did already)."""
+        if was_active and self._end_local(conn) and conn.route is not None:
+            self.spawn(self._remove_route(conn.route))
 
     def forget(self, conn: Connection, *, was_active: bool) -> None:
         """`conn`'s socket is gone."""
@@ -244,12 +253,16 @@ class Node:
         if was_active and self.sessions.get(conn.conn_id) is conn:
             self.closing(conn, was_active=True)
 
-    def _end_local(self, conn: Connection) -> None:
-        if self.sessions.pop(conn.conn_id, None) is not None:
-            self.metrics.sessions.dec()
+    def _end_local(self, conn: Connection) -> bool:
+        """Forget `conn`'s session here; False if it had none (already ended)."""
+        if self.sessions.get(conn.conn_id) is not conn:
+            return False
+        del self.sessions[conn.conn_id]
+        self.metrics.sessions.dec()
         route = conn.route
         if route is not None and self.by_device.get((route.uid, route.device)) is conn:
             del self.by_device[(route.uid, route.device)]
+        return True
 
     async def _remove_route(self, route: Route) -> None:
         try:
@@ -264,12 +277,15 @@ class Node:
 
     async def open_session(
         self, conn: Connection, uid: int, device: str, exp: int, iat: int | None = None
-    ) -> bool:
-        """Install the route of a verified login and make `conn` active; the previous
-        connection of the same device, here or on another node, is kicked."""
+    ) -> Route | None:
+        """Install the route of `conn`'s verified LOGIN and register it as a session
+        here; the previous connection of the same device, here or on another node, is
+        kicked. None when `conn` lost: kicked (draining, or a later login of the device
+        won) or closed meanwhile. `conn` activates itself with the route (Connection.log_in)
+        in the same step."""
         if not self.accepting:  # draining: log in elsewhere
             conn.kick(KickReason.DRAINING, "server draining", self.drain_hint)
-            return False
+            return None
         route = Route(uid, device, self.node_id, conn.conn_id, time.time_ns())
         try:
             prev = await self.routes.register(route, iat=iat)
@@ -277,12 +293,12 @@ class Node:
             # The write may have landed before the error: take it back (CAS, best effort).
             self.spawn(self._remove_route(route))
             raise
-        waiting = conn.state == State.LOGGING_IN  # not closed while the route was written
+        waiting = conn.logging_in  # not closed while the route was written
         if not waiting or not self.accepting:
             await self.routes.remove(route)
             if waiting:
                 conn.kick(KickReason.DRAINING, "server draining", self.drain_hint)
-            return False
+            return None
         old = self.by_device.get((uid, device))
         if old is not None and old is not conn:
             if old.route is not None and old.route.epoch > route.epoch:
@@ -290,25 +306,16 @@ class Node:
                 # ours): this one is the older login and loses.
                 conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
                 self.spawn(self._remove_route(route))  # CAS: only if ours won the write
-                return False
+                return None
             old.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
-        conn.route = route
-        conn.state = State.ACTIVE
-        conn.deadline = 0.0  # was the login deadline; now that of an unfinished frame
         self.sessions[conn.conn_id] = conn
         self.by_device[(uid, device)] = conn
         self.metrics.sessions.inc()
-        now = self.loop.time()
-        conn.last_renew = now
-        cfg = self.config
-        conn.token_deadline = now + (exp + cfg.token_leeway - time.time())
-        first = min(conn.last_rx + cfg.idle, now + cfg.route_renew_s, conn.token_deadline)
-        self.wheel.schedule(conn, first)
         if prev is not None and prev.node != self.node_id:
-            # Activated before this await: a close during it cleans up like any other.
+            # Registered before this await: a close during it cleans up like any other.
             # In the background: the LOGIN does not wait for the broker's confirm.
             self._kick_remote(prev.node, prev.conn_id)
-        return True
+        return route
 
     async def revoke(self, uid: int, device: str | None) -> int:
         """Revoke the tokens of `uid` (one device, or all) minted until now: later logins
@@ -329,8 +336,7 @@ class Node:
                 if conn is not None and conn.route == route:
                     conn.kick(KickReason.AUTH_REVOKED, "token revoked")
             else:
-                envelope = msgpack.packb([BUS_REVOKE, [[[route.conn_id], b""]]])
-                await self.bus.publish(route.node, envelope)
+                await self.bus.publish(route.node, envelope.revoke([route.conn_id]))
         return kicked
 
     def write_soon(self, conn: Connection, frame: bytes) -> None:
@@ -359,15 +365,13 @@ class Node:
     def _flush_kicks(self) -> None:
         kicks, self._kicks = self._kicks, {}
         for node, conn_ids in kicks.items():
-            self.spawn(self.bus.publish(node, msgpack.packb([BUS_KICK, [[conn_ids, b""]]])))
+            self.spawn(self.bus.publish(node, envelope.kick(conn_ids)))
 
     async def end_session(self, conn: Connection) -> None:
-        """LOGOUT: the route goes at once."""
+        """LOGOUT: the route goes at once (closing it later removes nothing twice)."""
         route = conn.route
-        if route is not None and conn.active:
-            self._end_local(conn)
+        if route is not None and self._end_local(conn):
             await self._remove_route(route)
-            conn.route = None
 
     def renew_route(self, conn: Connection) -> None:
         if conn.route is not None:
@@ -406,32 +410,29 @@ class Node:
 
     # -- delivery ------------------------------------------------------------------------
 
-    def fanout(
+    def push_message(
         self,
         msg: StoredMessage,
         *,
-        exclude: Connection | None = None,
+        exclude: Session | None = None,
         uids: Iterable[int] | None = None,
     ) -> None:
         """PUSH a committed message to every online device of every member (or of `uids`)
         except the connection `exclude` that sent it. Best effort, in the background."""
         if uids is not None:
-            self.push(msg, exclude, list(uids))
+            self._push(msg, exclude, list(uids))
         else:
-            self.spawn(self._fanout(msg, exclude, None))
+            self.spawn(self._push_to_members(msg, exclude))
 
-    async def _fanout(
-        self, msg: StoredMessage, exclude: Connection | None, uids: list[int] | None
-    ) -> None:
+    async def _push_to_members(self, msg: StoredMessage, exclude: Session | None) -> None:
         try:
-            if uids is None:
-                uids = await self.store.member_uids(msg.conv_id)
+            uids = await self.store.member_uids(msg.conv_id)
         except Exception as e:
             self.log.warning("fan-out failed", conv_id=msg.conv_id, seq=msg.seq, error=repr(e))
             return
-        self.push(msg, exclude, uids)
+        self._push(msg, exclude, uids)
 
-    def push(self, msg: StoredMessage, exclude: Connection | None, uids: Sequence[int]) -> None:
+    def _push(self, msg: StoredMessage, exclude: Session | None, uids: Sequence[int]) -> None:
         payload = encode(
             Push(
                 msg.conv_id, msg.seq, msg.msg_id, msg.sender_uid, msg.msg_type, msg.content,
@@ -439,6 +440,11 @@ class Node:
             )
         )  # fmt: skip
         self.fan.deliver(uids, payload, exclude)
+
+    def deliver(self, uids: Sequence[int], payload: bytes, *, skip: Session | None = None) -> None:
+        """Write `payload` to every online device of `uids` except `skip`, soon: local
+        connections directly, remote ones through the bus (see gateway.fanout)."""
+        self.fan.deliver(uids, payload, skip)
 
     async def _redeliver(self, row: OutboxRow) -> None:
         """PUSH again what a dead node's commit owed (see gateway.outbox)."""
@@ -449,58 +455,29 @@ class Node:
             if msgs:
                 uids = await self.store.member_uids(conv_id)
                 for msg in msgs:
-                    self.push(msg, None, uids)
+                    self._push(msg, None, uids)
 
-    def deliver(
-        self, uids: Sequence[int], payload: bytes, *, skip_conn: Connection | None = None
-    ) -> None:
-        """Write `payload` to every online device of `uids` except `skip_conn`, soon:
-        local connections directly, remote ones through the bus (see gateway.fanout)."""
-        self.fan.deliver(uids, payload, skip_conn)
-
-    def _on_bus(self, envelope: bytes) -> None:
+    def _on_bus(self, data: bytes) -> None:
         try:
-            kind, items = msgpack.unpackb(envelope)
+            kind, items = envelope.unpack(data)
             for conn_ids, payload in items:
                 for conn_id in conn_ids:
                     conn = self.sessions.get(conn_id)
                     if conn is None:
                         continue
-                    if kind == BUS_FRAMES:
+                    if kind == envelope.FRAMES:
                         conn.write(payload)
-                    elif kind == BUS_KICK:
+                    elif kind == envelope.KICK:
                         conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
-                    elif kind == BUS_REVOKE:
+                    elif kind == envelope.REVOKE:
                         conn.kick(KickReason.AUTH_REVOKED, "token revoked")
         except Exception as e:
             self.log.warning("bad bus envelope", error=repr(e))
             raise  # the bus dead-letters it
 
-    def missed(self, target: str, conn_ids: Iterable[int]) -> None:
-        """Frames for `conn_ids` on node `target` were lost on the way (our bus link was
-        down, or the broker did not confirm): send them SYNC_HINT once we can publish
-        again, so they catch up without waiting for their next reconnect."""
-        ids = self._missed.setdefault(target, set())
-        if len(ids) < MISSED_CAP:
-            ids.update(conn_ids)
-        if self._missed_task is None:
-            self._missed_task = self.loop.create_task(self._hint_missed())
-
-    async def _hint_missed(self) -> None:
-        try:
-            while self._missed:
-                await asyncio.sleep(MISSED_RETRY_S)
-                for target in list(self._missed):
-                    ids = self._missed.pop(target)
-                    envelope = msgpack.packb([BUS_FRAMES, [[list(ids), _SYNC_HINT]]])
-                    if await self.bus.publish(target, envelope) is Delivery.LOST:
-                        self._missed.setdefault(target, set()).update(ids)  # next round
-        finally:
-            self._missed_task = None
-
     def owes_hints(self) -> bool:
         """Whether SYNC_HINTs for frames lost by fan-out are still to be sent."""
-        return bool(self._missed) or self.route_watch.owes_hints
+        return self.fan.owes_hints or self.route_watch.owes_hints
 
     def close(self) -> None:
         """Stop the node's timers and background retries (at the end of a shutdown)."""
@@ -510,8 +487,7 @@ class Node:
             self.shared_budgets.stop()
         if self.outbox is not None:
             self.outbox.stop()
-        if self._missed_task is not None:
-            self._missed_task.cancel()
+        self.fan.close()
 
     def _on_bus_resume(self) -> None:
         """The bus link is back after an outage: pushes to our connections may have been
@@ -522,14 +498,14 @@ class Node:
     async def hint_all(self, why: str) -> None:
         """SYNC_HINT to every session, spread over `sync_hint_spread_s` so that they do
         not all SYNC at once."""
-        conns = self.live_connections()
+        conns = list(self.sessions.values())
         self.metrics.sync_hints.labels(why=why).inc(len(conns))
         await self.paced(
             conns, len(conns) / max(self.config.sync_hint_spread_s, PACE_STEP_S), _sync_hint
         )
 
     async def paced(
-        self, conns: Sequence[Connection], per_s: float, act: Callable[[Connection], None]
+        self, conns: Sequence[Session], per_s: float, act: Callable[[Session], None]
     ) -> None:
         """Apply `act` to each of `conns` still logged in, at most `per_s` per second
         (all at once when `per_s` <= 0)."""
@@ -544,11 +520,6 @@ class Node:
             if done < len(conns):
                 await asyncio.sleep(PACE_STEP_S)
 
-    # -- shutdown ------------------------------------------------------------------------
-
-    def live_connections(self) -> list[Connection]:
-        return list(self.sessions.values())
-
 
 def due_by(elapsed_s: float, per_s: float, total: int) -> int:
     """How many of `total` paced actions are due `elapsed_s` after the start, at `per_s`
@@ -561,5 +532,5 @@ def due_by(elapsed_s: float, per_s: float, total: int) -> int:
 _SYNC_HINT: Final = encode(SyncHint())
 
 
-def _sync_hint(conn: Connection) -> None:
+def _sync_hint(conn: Session) -> None:
     conn.write(_SYNC_HINT)

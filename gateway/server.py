@@ -198,8 +198,7 @@ class Server:
             quota = max(1, due_by(loop.time() - started, rate, total) - kicked)
             step = list(itertools.islice(node.sessions.values(), quota))
             for conn in step:
-                if conn.transport is not None:
-                    conn.transport.pause_reading()
+                conn.hold_reading()  # stays held: a draining node resumes no reading
             await self._finish_requests(step)
             before = len(node.sessions)
             for conn in step:

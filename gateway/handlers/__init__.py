@@ -4,7 +4,7 @@ and turns handler errors into ERROR frames."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from gateway.handlers import conversations, messaging, receipts, session, sync
 from gateway.handlers.base import RequestError
@@ -13,32 +13,42 @@ from protocol.ops import ErrorCode
 from storage.models import StoreUnavailable
 
 if TYPE_CHECKING:
-    from gateway.connection import Connection
-    from gateway.node import Node
+    from gateway.ports import Services, Session
 
-Handler = Callable[["Node", "Connection", Any], Awaitable[None]]
-
-HANDLERS: Final[dict[type, Handler]] = {
-    fr.Login: session.login,
-    fr.Ping: session.ping,
-    fr.Logout: session.logout,
-    fr.Send: messaging.send,
-    fr.Pull: messaging.pull,
-    fr.History: messaging.history,
-    fr.Recall: messaging.recall,
-    fr.Delivered: receipts.delivered,
-    fr.Read: receipts.read,
-    fr.Typing: receipts.typing,
-    fr.Presence: receipts.presence,
-    fr.Sync: sync.sync,
-    fr.OpenP2P: conversations.open_p2p,
-    fr.GroupCreate: conversations.group_create,
-    fr.GroupMembers: conversations.group_members,
-    fr.GroupInfo: conversations.group_info,
-}
+F = TypeVar("F")
+Handler = Callable[["Services", "Session", Any], Awaitable[None]]  # takes its own frame type
 
 
-def dispatch_now(node: Node, conn: Connection, frame: Any) -> bool:
+def _on(
+    frame_type: type[F], handler: Callable[[Services, Session, F], Awaitable[None]]
+) -> tuple[type[F], Handler]:
+    """One table entry; mypy checks that `handler` takes `frame_type`."""
+    return frame_type, handler
+
+
+HANDLERS: Final[dict[type, Handler]] = {}
+for _type, _handler in (
+    _on(fr.Login, session.login),
+    _on(fr.Ping, session.ping),
+    _on(fr.Logout, session.logout),
+    _on(fr.Send, messaging.send),
+    _on(fr.Pull, messaging.pull),
+    _on(fr.History, messaging.history),
+    _on(fr.Recall, messaging.recall),
+    _on(fr.Delivered, receipts.delivered),
+    _on(fr.Read, receipts.read),
+    _on(fr.Typing, receipts.typing),
+    _on(fr.Presence, receipts.presence),
+    _on(fr.Sync, sync.sync),
+    _on(fr.OpenP2P, conversations.open_p2p),
+    _on(fr.GroupCreate, conversations.group_create),
+    _on(fr.GroupMembers, conversations.group_members),
+    _on(fr.GroupInfo, conversations.group_info),
+):
+    HANDLERS[_type] = _handler
+
+
+def dispatch_now(node: Services, conn: Session, frame: object) -> bool:
     """Handle `frame` at once if it has a synchronous path (the hot SEND); False if it
     must be queued for `dispatch`."""
     if type(frame) is fr.Send:
@@ -46,8 +56,8 @@ def dispatch_now(node: Node, conn: Connection, frame: Any) -> bool:
     return False
 
 
-async def dispatch(node: Node, conn: Connection, frame: Any) -> None:
-    if type(frame) is fr.Invalid:
+async def dispatch(node: Services, conn: Session, frame: object) -> None:
+    if isinstance(frame, fr.Invalid):
         conn.error(frame.rid, frame.code, frame.text)
         return
     handler = HANDLERS.get(type(frame))

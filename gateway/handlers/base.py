@@ -8,7 +8,7 @@ from protocol.ops import ErrorCode
 from storage.models import Membership
 
 if TYPE_CHECKING:
-    from gateway.node import Node
+    from gateway.ports import Services
 
 
 class RequestError(Exception):
@@ -20,7 +20,7 @@ class RequestError(Exception):
         self.text = text or code.name.lower()
 
 
-async def require_member(node: Node, conv_id: int, uid: int) -> Membership:
+async def require_member(node: Services, conv_id: int, uid: int) -> Membership:
     """The caller's current membership, or not_member / no_such_conversation."""
     m = await node.store.get_membership(conv_id, uid)
     if m is not None and m.active:
@@ -28,7 +28,7 @@ async def require_member(node: Node, conv_id: int, uid: int) -> Membership:
     raise await membership_error(node, conv_id)
 
 
-async def require_reader(node: Node, conv_id: int, uid: int) -> Membership:
+async def require_reader(node: Services, conv_id: int, uid: int) -> Membership:
     """Membership allowing reads: current members, and former members up to the message
     that removed them (so a removed member can fetch its own removal)."""
     m = await node.store.get_membership(conv_id, uid)
@@ -37,7 +37,7 @@ async def require_reader(node: Node, conv_id: int, uid: int) -> Membership:
     raise await membership_error(node, conv_id)
 
 
-async def membership_error(node: Node, conv_id: int) -> RequestError:
+async def membership_error(node: Services, conv_id: int) -> RequestError:
     if await node.store.get_conversation(conv_id) is None:
         return RequestError(ErrorCode.NO_SUCH_CONVERSATION, f"no conversation {conv_id}")
     return RequestError(ErrorCode.NOT_MEMBER, f"not a member of conversation {conv_id}")

@@ -19,14 +19,13 @@ from protocol.ops import ConvKind, ErrorCode
 from storage.models import Conversation, GroupFull
 
 if TYPE_CHECKING:
-    from gateway.connection import Connection
-    from gateway.node import Node
+    from gateway.ports import Services, Session
 
 GROUP_MAX_MEMBERS: Final = 1000
 TITLE_MAX_BYTES: Final = 256
 
 
-async def open_p2p(node: Node, conn: Connection, f: OpenP2P) -> None:
+async def open_p2p(node: Services, conn: Session, f: OpenP2P) -> None:
     if f.peer_uid == conn.uid:
         raise RequestError(ErrorCode.BAD_REQUEST, "cannot open a conversation with yourself")
     conv_id = await node.store.find_p2p(conn.uid, f.peer_uid)
@@ -36,7 +35,7 @@ async def open_p2p(node: Node, conn: Connection, f: OpenP2P) -> None:
     conn.send(ConvOk(f.rid, conv_id))
 
 
-async def _check_room(node: Node, uids: Sequence[int]) -> None:
+async def _check_room(node: Services, uids: Sequence[int]) -> None:
     """Every uid joining may be in one conversation more (max_conversations)."""
     cap = node.config.max_conversations
     counts = await node.store.conversation_counts(uids)
@@ -48,7 +47,7 @@ async def _check_room(node: Node, uids: Sequence[int]) -> None:
         )
 
 
-async def group_create(node: Node, conn: Connection, f: GroupCreate) -> None:
+async def group_create(node: Services, conn: Session, f: GroupCreate) -> None:
     if len(f.title.encode()) > TITLE_MAX_BYTES:
         raise RequestError(ErrorCode.BAD_REQUEST, f"title over {TITLE_MAX_BYTES} bytes")
     members = list(dict.fromkeys([conn.uid, *f.uids]))
@@ -62,10 +61,10 @@ async def group_create(node: Node, conn: Connection, f: GroupCreate) -> None:
         )
     conv_id, created = await node.store.create_group(conn.uid, f.title, members)
     conn.send(ConvOk(f.rid, conv_id))
-    node.fanout(created)
+    node.push_message(created)
 
 
-async def _group(node: Node, conv_id: int) -> Conversation:
+async def _group(node: Services, conv_id: int) -> Conversation:
     conv = await node.store.get_conversation(conv_id)
     if conv is None:
         raise RequestError(ErrorCode.NO_SUCH_CONVERSATION, f"no conversation {conv_id}")
@@ -74,7 +73,7 @@ async def _group(node: Node, conv_id: int) -> Conversation:
     return conv
 
 
-async def group_members(node: Node, conn: Connection, f: GroupMembers) -> None:
+async def group_members(node: Services, conn: Session, f: GroupMembers) -> None:
     conv = await _group(node, f.conv_id)
     await require_member(node, f.conv_id, conn.uid)
     if set(f.add) & set(f.remove):
@@ -101,10 +100,10 @@ async def group_members(node: Node, conn: Connection, f: GroupMembers) -> None:
         after = await node.store.member_uids(f.conv_id)
         audience = list(dict.fromkeys([*before, *after]))
         for msg in change.messages:
-            node.fanout(msg, uids=audience)
+            node.push_message(msg, uids=audience)
 
 
-async def group_info(node: Node, conn: Connection, f: GroupInfo) -> None:
+async def group_info(node: Services, conn: Session, f: GroupInfo) -> None:
     conv = await _group(node, f.conv_id)
     await require_member(node, f.conv_id, conn.uid)
     members = await node.store.member_uids(f.conv_id)

@@ -36,8 +36,7 @@ from storage.models import (
 )
 
 if TYPE_CHECKING:
-    from gateway.connection import Connection
-    from gateway.node import Node
+    from gateway.ports import Services, Session
 
 MSG_LIMIT_DEFAULT: Final = 50
 MSG_LIMIT_MAX: Final = 200
@@ -54,7 +53,7 @@ def _record(m: StoredMessage) -> MsgRecord:
     )
 
 
-async def _answer_resend(node: Node, conn: Connection, f: Send) -> bool:
+async def _answer_resend(node: Services, conn: Session, f: Send) -> bool:
     """If this (sender, client_msg_id) was stored before, answer as the original send did
     and return True. Checked before refusing a send, so a retry of an acked message is
     acked again whatever changed since (membership, rate)."""
@@ -78,7 +77,7 @@ _OUTCOME_UNKNOWN: Final = (
 _DENIED: Final = "the content check refused this message; it was not stored"
 
 
-def _check_send(node: Node, f: Send) -> None:
+def _check_send(node: Services, f: Send) -> None:
     if not is_client_msg_type(f.msg_type):
         raise RequestError(ErrorCode.BAD_MSG_TYPE, f"msg_type {f.msg_type} is reserved")
     if len(f.content) > node.config.max_content:
@@ -91,17 +90,17 @@ def _check_send(node: Node, f: Send) -> None:
         raise RequestError(ErrorCode.UNAVAILABLE, "gateway overloaded; retry with the same id")
 
 
-def _submit(node: Node, conn: Connection, f: Send) -> None:
+def _submit(node: Services, conn: Session, f: Send) -> None:
     # Idempotency and membership are checked in the commit itself (see ChatStore.append):
     # no round trip per message before it, and no window between check and commit.
     msg = NewMessage(f.conv_id, conn.uid, f.client_msg_id, f.msg_type, f.content)
     fut = node.batcher.submit(msg)
     fut.add_done_callback(functools.partial(_committed, node, conn, f, node.loop.time()))
     if node.batcher.pending >= node.config.send_backpressure:
-        node.hold_sends(conn)
+        conn.hold_sends()
 
 
-def send_now(node: Node, conn: Connection, f: Send) -> bool:
+def send_now(node: Services, conn: Session, f: Send) -> bool:
     """SEND without a task, for a connection with nothing queued: True when handled;
     False when it must take the queued path (rate limited: a resend lookup may answer)."""
     try:
@@ -115,7 +114,7 @@ def send_now(node: Node, conn: Connection, f: Send) -> bool:
     return True
 
 
-async def send(node: Node, conn: Connection, f: Send) -> None:
+async def send(node: Services, conn: Session, f: Send) -> None:
     _check_send(node, f)
     if not node.limiter.take(conn.uid):
         if await _answer_resend(node, conn, f):
@@ -126,7 +125,7 @@ async def send(node: Node, conn: Connection, f: Send) -> None:
 
 
 def _committed(
-    node: Node, conn: Connection, f: Send, started: float, fut: asyncio.Future[AppendResult]
+    node: Services, conn: Session, f: Send, started: float, fut: asyncio.Future[AppendResult]
 ) -> None:
     if fut.cancelled():
         conn.error(f.rid, ErrorCode.UNAVAILABLE, "send interrupted; retry with the same id")
@@ -168,12 +167,12 @@ def _committed(
         node.metrics.sends.labels(result="duplicate").inc()
         return
     node.metrics.sends_stored.inc()
-    node.fanout(result.message, exclude=conn, uids=result.members)
+    node.push_message(result.message, exclude=conn, uids=result.members)
     if result.outbox_id and node.outbox is not None:
         node.outbox.delivered(result.outbox_id)
 
 
-async def _refuse_non_member(node: Node, conn: Connection, f: Send) -> None:
+async def _refuse_non_member(node: Services, conn: Session, f: Send) -> None:
     """not_member, or no_such_conversation when the conversation does not exist."""
     try:
         error = await membership_error(node, f.conv_id)
@@ -182,7 +181,7 @@ async def _refuse_non_member(node: Node, conn: Connection, f: Send) -> None:
     conn.error(f.rid, error.code, error.text)
 
 
-async def pull(node: Node, conn: Connection, f: Pull) -> None:
+async def pull(node: Services, conn: Session, f: Pull) -> None:
     m = await require_reader(node, f.conv_id, conn.uid)
     limit = page_limit(f.limit, MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX)
     msgs, more = await node.store.read_after(
@@ -191,7 +190,7 @@ async def pull(node: Node, conn: Connection, f: Pull) -> None:
     conn.send(PullResult(f.rid, f.conv_id, more, tuple(_record(x) for x in msgs)))
 
 
-async def history(node: Node, conn: Connection, f: History) -> None:
+async def history(node: Services, conn: Session, f: History) -> None:
     m = await require_reader(node, f.conv_id, conn.uid)
     limit = page_limit(f.limit, MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX)
     msgs, more = await node.store.read_before(
@@ -200,7 +199,7 @@ async def history(node: Node, conn: Connection, f: History) -> None:
     conn.send(HistoryResult(f.rid, f.conv_id, more, tuple(_record(x) for x in msgs)))
 
 
-async def recall(node: Node, conn: Connection, f: Recall) -> None:
+async def recall(node: Services, conn: Session, f: Recall) -> None:
     m = await require_member(node, f.conv_id, conn.uid)
     result = await node.store.recall(
         f.conv_id,
@@ -217,4 +216,4 @@ async def recall(node: Node, conn: Connection, f: Recall) -> None:
         )
     conn.send(RecallOk(f.rid, f.conv_id, result.recall_seq))
     if result.message is not None:
-        node.fanout(result.message, exclude=conn)
+        node.push_message(result.message, exclude=conn)

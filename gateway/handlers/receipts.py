@@ -21,19 +21,18 @@ from protocol.frames import (
 from protocol.ops import ConvKind, ErrorCode
 
 if TYPE_CHECKING:
-    from gateway.connection import Connection
-    from gateway.node import Node
+    from gateway.ports import Services, Session
 
 NOTIFY_MAX_MEMBERS: Final = 100  # READ_NOTIFY / TYPING_NOTIFY go to others up to this size
 PRESENCE_MAX_UIDS: Final = 1000
 
 
-async def delivered(node: Node, conn: Connection, f: Delivered) -> None:
+async def delivered(node: Services, conn: Session, f: Delivered) -> None:
     await require_member(node, f.conv_id, conn.uid)
     await node.store.set_delivered(f.conv_id, conn.uid, conn.device, f.seq)
 
 
-async def read(node: Node, conn: Connection, f: Read) -> None:
+async def read(node: Services, conn: Session, f: Read) -> None:
     await require_member(node, f.conv_id, conn.uid)
     moved = await node.store.set_read(f.conv_id, conn.uid, f.seq)
     if moved is None:
@@ -42,12 +41,12 @@ async def read(node: Node, conn: Connection, f: Read) -> None:
     conv = await node.store.get_conversation(f.conv_id)
     members = await node.store.member_uids(f.conv_id)
     if conv is not None and (conv.kind == ConvKind.P2P or len(members) <= NOTIFY_MAX_MEMBERS):
-        node.deliver(members, payload, skip_conn=conn)
+        node.deliver(members, payload, skip=conn)
     else:
-        node.deliver([conn.uid], payload, skip_conn=conn)  # the reader's other devices
+        node.deliver([conn.uid], payload, skip=conn)  # the reader's other devices
 
 
-async def typing(node: Node, conn: Connection, f: Typing) -> None:
+async def typing(node: Services, conn: Session, f: Typing) -> None:
     await require_member(node, f.conv_id, conn.uid)
     members = await node.store.member_uids(f.conv_id)
     if len(members) > NOTIFY_MAX_MEMBERS:
@@ -56,7 +55,7 @@ async def typing(node: Node, conn: Connection, f: Typing) -> None:
     node.deliver(others, encode(TypingNotify(f.conv_id, conn.uid)))
 
 
-async def presence(node: Node, conn: Connection, f: Presence) -> None:
+async def presence(node: Services, conn: Session, f: Presence) -> None:
     asked = list(dict.fromkeys(f.uids))
     if len(asked) > PRESENCE_MAX_UIDS:
         raise RequestError(ErrorCode.BAD_REQUEST, f"at most {PRESENCE_MAX_UIDS} uids")

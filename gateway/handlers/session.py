@@ -11,14 +11,14 @@ from protocol.token import DEVICE_RE, TokenError, verify_token
 from storage.models import Revoked, StoreUnavailable
 
 if TYPE_CHECKING:
-    from gateway.connection import Connection
-    from gateway.node import Node
+    from gateway.ports import Services, Session
 
 
+_NO_CAPS: frozenset[str] = frozenset()
 _CAPS: dict[frozenset[str], frozenset[str]] = {}
 
 
-async def login(node: Node, conn: Connection, f: Login) -> None:
+async def login(node: Services, conn: Session, f: Login) -> None:
     if conn.active:
         conn.error(f.rid, ErrorCode.BAD_REQUEST, "already logged in")
         return
@@ -46,8 +46,12 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
         node.log.info("login refused", uid=f.uid, device=f.device, reason=e.reason)
         conn.fail(ErrorCode.AUTH_FAILED, "token refused", f.rid)
         return
+    caps = _NO_CAPS
+    if f.caps:  # one shared set per combination: connections hold no copy of their own
+        known = frozenset(c for c in f.caps if c in KNOWN_CAPS)
+        caps = _CAPS.setdefault(known, known)
     try:
-        opened = await node.open_session(conn, f.uid, f.device, claims.exp, claims.iat)
+        opened = await conn.log_in(f.uid, f.device, claims.exp, claims.iat, caps)
     except Revoked:
         node.metrics.logins.labels(result="auth_failed").inc()
         node.log.info("login refused", uid=f.uid, device=f.device, reason="revoked")
@@ -63,9 +67,6 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
     if not opened:
         return  # the connection closed while the route was being written
     node.metrics.logins.labels(result="ok").inc()
-    if f.caps:  # one shared set per combination: connections hold no copy of their own
-        caps = frozenset(c for c in f.caps if c in KNOWN_CAPS)
-        conn.caps = _CAPS.setdefault(caps, caps)
     conn.send(
         LoginOk(
             f.rid,
@@ -79,10 +80,10 @@ async def login(node: Node, conn: Connection, f: Login) -> None:
     )
 
 
-async def ping(node: Node, conn: Connection, f: Ping) -> None:
+async def ping(node: Services, conn: Session, f: Ping) -> None:
     conn.send(Pong())
 
 
-async def logout(node: Node, conn: Connection, f: Logout) -> None:
-    await node.end_session(conn)
+async def logout(node: Services, conn: Session, f: Logout) -> None:
+    await conn.log_out()
     conn.close()

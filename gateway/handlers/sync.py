@@ -23,8 +23,7 @@ from protocol.frames import ConvRecord, Sync, SyncResult
 from protocol.ops import ErrorCode
 
 if TYPE_CHECKING:
-    from gateway.connection import Connection
-    from gateway.node import Node
+    from gateway.ports import Services, Session
 
 SYNC_OVERLAP_MS: Final = 10_000
 CONV_LIMIT_DEFAULT: Final = 100
@@ -64,7 +63,7 @@ def decode_cursor(value: int | str | bytes, since_ms: int) -> tuple[int, int, in
     )
 
 
-async def sync(node: Node, conn: Connection, f: Sync) -> None:
+async def sync(node: Services, conn: Session, f: Sync) -> None:
     store = node.store
     now = store.now_ms()
     since_ms = decode_since(f.since, now)
