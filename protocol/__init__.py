@@ -1,7 +1,7 @@
 """imgw wire protocol v1, sans-I/O: typed frames, codec, incremental decoder, tokens.
 
 Nothing here performs I/O or imports asyncio or socket: the gateway, the bench
-harness and the tests drive it with bytes. PROTOCOL.md is the normative contract.
+harness and the tests drive it with bytes. docs/protocol.md is the normative contract.
 
 * `protocol.ops`: op codes, ERROR codes, KICK reasons, msg types, limits.
 * `protocol.frames`: one slotted dataclass per op; `Invalid` for refusable frames.

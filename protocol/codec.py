@@ -1,4 +1,4 @@
-"""Encoding of typed frames into wire bytes (PROTOCOL.md §1, §3).
+"""Encoding of typed frames into wire bytes (docs/protocol.md: Frames, Ops).
 
 `encode` returns the complete frame (LEN + body) as immutable `bytes`, so one PUSH
 can be encoded once and written to many sockets. Values are not validated beyond

@@ -1,4 +1,4 @@
-"""Incremental, sans-I/O decoder: bytes in, typed frames out (PROTOCOL.md §1).
+"""Incremental, sans-I/O decoder: bytes in, typed frames out (docs/protocol.md, Frames).
 
 `FrameDecoder.feed` takes whatever the transport read and returns every frame it
 completes. Three outcomes per frame:

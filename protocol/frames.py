@@ -1,7 +1,7 @@
 """Typed frames of wire protocol v1: one slotted dataclass per op, fields in wire order.
 
-The field order of every array frame is its wire order (PROTOCOL.md §3), which lets
-the codec derive the body layout from the class instead of repeating it. LOGIN and
+The field order of every array frame is its wire order (docs/protocol.md, Ops), which
+lets the codec derive the body layout from the class instead of repeating it. LOGIN and
 LOGIN_OK carry maps on the wire; their fields are the map's keys after ``rid``.
 
 Records (`MsgRecord`, `ConvRecord`) are NamedTuples so that msgpack packs them as

@@ -5,8 +5,8 @@ side) or `SERVER_FRAME_PARSERS` (server ops, used by the client side). A parser 
 the whole body (op included) and returns the frame, or raises `FieldError` when a
 field is missing or ill-typed; the decoder turns that into Invalid BAD_REQUEST.
 
-Rules (PROTOCOL.md §1): ints are `int` and never `bool`, within 0..2^64-1; ids that
-are never 0 (`uid`, `conv_id`, `peer_uid`, listed uids, request `rid`) are >= 1;
+Rules (docs/protocol.md, Frames): ints are `int` and never `bool`, within 0..2^64-1; ids
+that are never 0 (`uid`, `conv_id`, `peer_uid`, listed uids, request `rid`) are >= 1;
 strings are msgpack str, content is msgpack bin; extra array elements and unknown
 map keys are ignored. Value checks that need configuration (versions, patterns,
 limits) belong to the gateway.

@@ -1,4 +1,4 @@
-"""LOGIN tokens: ``v1.<kid>.<uid>.<device>.<exp>.<sig>`` (PROTOCOL.md §2, Tokens).
+"""LOGIN tokens: ``v1.<kid>.<uid>.<device>.<exp>.<sig>`` (docs/protocol.md, Tokens).
 
 ``sig = base64url_nopad(HMAC-SHA256(secret[kid], "v1.<kid>.<uid>.<device>.<exp>"))``
 where the secret is the UTF-8 bytes of the configured string, `uid` (>= 1) and `exp`

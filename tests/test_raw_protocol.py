@@ -1,4 +1,4 @@
-"""An independent client written from PROTOCOL.md alone.
+"""An independent client written from docs/protocol.md alone.
 
 This module talks to a gateway subprocess with a blocking `socket` and `msgpack`
 only. It deliberately imports nothing from this project: frames, tokens and codes

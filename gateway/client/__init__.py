@@ -1,4 +1,4 @@
-"""Asyncio client of wire protocol v1 for apps, tests and the bench (PROTOCOL.md).
+"""Asyncio client of wire protocol v1 (docs/protocol.md) for apps, tests and the bench.
 
 One `Client` is one logged-in device. It owns a single reader task that decodes the
 server's frames, resolves request futures by rid (replies may come in any order) and

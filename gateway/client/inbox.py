@@ -3,8 +3,8 @@
 Live PUSH frames and the messages a catch-up pulls go through `Inbox.deliver`, which
 drops any seq the app was already given, so `incoming()` is one stream in which a
 message appears at most once. A catch-up pass is SYNC from the kept `since`, then PULL
-for every conversation whose max_seq is above what the client holds (PROTOCOL.md §4,
-Delivery). The first pass of a session is a baseline: it only records where every
+for every conversation whose max_seq is above what the client holds (docs/protocol.md,
+Paging and SYNC). The first pass of a session is a baseline: it only records where every
 conversation stands, since what came before the session is history, not news.
 """
 

@@ -1,4 +1,4 @@
-"""One sample of every frame with the body PROTOCOL.md §3 gives it, plus strategies.
+"""One sample of every frame with the body docs/protocol.md (Ops) gives it, and strategies.
 
 `SAMPLES` pairs each frame with its expected body written out from the spec's table,
 independently of the codec, so that a field order mistake in `protocol.frames`

@@ -1,4 +1,4 @@
-"""Encoding matches PROTOCOL.md §3 byte for byte, and every op round-trips."""
+"""Encoding matches docs/protocol.md (Ops) byte for byte; every op round-trips."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Framing errors (PROTOCOL.md §1): fatal, raised as FrameError, decoder dead after."""
+"""Framing errors (docs/protocol.md, Frames): fatal, raised as FrameError; the decoder
+is dead after one."""
 
 from __future__ import annotations
 

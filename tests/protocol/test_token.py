@@ -1,4 +1,4 @@
-"""LOGIN tokens (PROTOCOL.md §2, Tokens)."""
+"""LOGIN tokens (docs/protocol.md, Tokens)."""
 
 from __future__ import annotations
 

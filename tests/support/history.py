@@ -3,8 +3,8 @@
 Every send is recorded as invoked and then as acked (with its seq), failed (a definite
 ERROR: it must never become visible) or unknown (the outcome was never learnt). Every
 message an app received on `Client.incoming()` is recorded per receiver. After
-quiescence, `check` verifies DESIGN.md's invariants against the receipts and against the
-store as read back with PULL:
+quiescence, `check` verifies the invariants of docs/architecture.md against the
+receipts and against the store as read back with PULL:
 
 - no acked message lost: each is stored at its acked seq with its content;
 - no message visible twice to a receiver;
