@@ -1,0 +1,280 @@
+"""Connection without sockets: a node on the embedded store (SQLite in a temp dir,
+in-process routes and bus), a fake transport that records what the connection writes,
+and the timing wheel's decisions (`on_timer`) driven with chosen times, no sleeping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from gateway.config import Config
+from gateway.connection import CLOSE_GRACE_S, Connection, State
+from gateway.node import Node
+from protocol.codec import encode
+from protocol.decoder import FrameDecoder, Side
+from protocol.frames import (
+    Error,
+    Kick,
+    Login,
+    LoginOk,
+    Ping,
+    Pong,
+    Presence,
+    ServerFrame,
+    SyncHint,
+)
+from protocol.ops import ErrorCode, KickReason, Op
+from storage.factory import open_backends
+from tests.support.wire import TOKEN_KEY, token
+
+
+class FakeTransport(asyncio.Transport):
+    """Records writes; closing, aborting and reading are flags."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.out = bytearray()
+        self.closed = self.aborted = False
+        self.reading = True
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.out += data
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = self.aborted = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+    def frames(self) -> list[ServerFrame]:
+        """Every frame written so far (and forget them)."""
+        decoder = FrameDecoder(max_frame=1 << 24, side=Side.CLIENT)
+        frames = decoder.feed(bytes(self.out))
+        self.out.clear()
+        return frames  # type: ignore[return-value]
+
+
+@pytest.fixture
+async def node(tmp_path: Path) -> AsyncIterator[Node]:
+    config = Config(
+        port=0,
+        token_keys=(TOKEN_KEY,),
+        data_dir=str(tmp_path),
+        node_id="unit",
+        op_rate_burst=20,
+        op_rate_per_s=1.0,
+        max_write_buffer=1000,
+    )
+    b = open_backends(f"sqlite:///{tmp_path}/imgw.db", "memory://", "local://")
+    await b.store.start()
+    n = Node(config, node_id="unit", store=b.store, routes=b.routes, bus=b.bus)
+    yield n
+    n.close()
+    await n.settle()
+    await b.store.close()
+
+
+def connect(node: Node) -> tuple[Connection, FakeTransport]:
+    conn = node.protocol_factory()
+    transport = FakeTransport()
+    conn.connection_made(transport)
+    return conn, transport
+
+
+async def logged_in(node: Node, uid: int = 7) -> tuple[Connection, FakeTransport]:
+    conn, t = connect(node)
+    conn.data_received(encode(Login(1, 1, uid, "ios", token(uid, "ios"))))
+    for _ in range(100):
+        if conn.active:
+            break
+        await asyncio.sleep(0.01)
+    (ok,) = t.frames()
+    assert isinstance(ok, LoginOk)
+    return conn, t
+
+
+async def test_login_activates_and_registers_the_session(node: Node) -> None:
+    conn, _ = await logged_in(node)
+    assert conn.state == State.ACTIVE and (conn.uid, conn.device) == (7, "ios")
+    assert node.sessions[conn.conn_id] is conn
+    assert await node.routes.get(7, "ios") == conn.route
+
+
+async def test_a_lone_ping_is_answered_pong(node: Node) -> None:
+    conn, t = await logged_in(node)
+    conn.data_received(encode(Ping()))
+    conn.data_received(encode(Ping()) + encode(Ping()))  # two in one read: decoded
+    assert t.frames() == [Pong(), Pong(), Pong()]
+
+
+async def test_a_frame_before_login_closes_with_not_logged_in(node: Node) -> None:
+    conn, t = connect(node)
+    conn.data_received(encode(Presence(5, (1, 2))))
+    (err,) = t.frames()
+    assert isinstance(err, Error) and err.code == ErrorCode.NOT_LOGGED_IN and err.rid == 5
+    assert t.closed and conn.state == State.CLOSING
+
+
+async def test_a_login_with_bad_fields_is_bad_request(node: Node) -> None:
+    conn, t = connect(node)
+    body = msgpack.packb([int(Op.LOGIN), 3, {"v": 1, "uid": "seven"}])  # uid: not an int
+    conn.data_received(len(body).to_bytes(4, "big") + body)
+    (err,) = t.frames()
+    assert isinstance(err, Error) and err.code == ErrorCode.BAD_REQUEST and err.rid == 3
+    assert t.closed
+
+
+async def test_login_deadline(node: Node) -> None:
+    conn, t = connect(node)
+    deadline = conn.phase_deadline
+    assert deadline == pytest.approx(node.loop.time() + node.config.login_timeout, abs=1)
+    assert conn.on_timer(deadline - 1) == deadline  # not yet: look again then
+    assert t.frames() == []
+    assert conn.on_timer(deadline) is None
+    (err,) = t.frames()
+    assert isinstance(err, Error) and err.code == ErrorCode.NOT_LOGGED_IN
+    assert err.text == "login timeout" and t.closed
+
+
+async def test_idle_connection_is_closed_without_a_frame(node: Node) -> None:
+    conn, t = await logged_in(node)
+    idle_at = conn.last_rx + node.config.idle
+    nxt = conn.on_timer(idle_at - 1)
+    assert nxt is not None and nxt <= idle_at
+    assert not t.closed
+    assert conn.on_timer(idle_at) is None
+    assert t.closed and t.frames() == [] and conn.state == State.CLOSING
+    assert conn.conn_id not in node.sessions  # no longer routed to
+
+
+async def test_an_unfinished_frame_has_frame_timeout(node: Node) -> None:
+    conn, t = await logged_in(node)
+    frame = encode(Presence(9, (1,)))
+    conn.data_received(frame[:3])
+    started = conn.last_rx
+    assert conn.phase_deadline == started + node.config.frame_timeout
+    conn.data_received(frame[3:])  # completed in time: no deadline left
+    assert conn.phase_deadline == 0.0
+    t.frames()
+    conn.data_received(frame[:3])
+    assert conn.on_timer(conn.phase_deadline) is None
+    (err,) = t.frames()
+    assert isinstance(err, Error) and err.code == ErrorCode.BAD_FRAME and t.closed
+
+
+async def test_an_expired_token_is_kicked(node: Node) -> None:
+    conn, t = await logged_in(node)
+    assert conn.token_deadline > conn.last_rx + 3000  # an hour's token, plus leeway
+    conn.last_rx = conn.token_deadline  # still talking: only the token ends it
+    conn.last_renew = conn.token_deadline
+    assert conn.on_timer(conn.token_deadline) is None
+    (kick,) = t.frames()
+    assert isinstance(kick, Kick) and kick.reason == KickReason.AUTH_REVOKED
+
+
+async def test_the_route_is_renewed_only_after_traffic(node: Node) -> None:
+    conn, _ = await logged_in(node)
+    renew_at = conn.last_renew + node.config.route_renew_s
+    conn.on_timer(renew_at)  # nothing received since the login: no renewal
+    assert node._renewals == []
+    conn.last_rx = renew_at - 1
+    conn.on_timer(renew_at)
+    assert node._renewals == [conn.route]
+
+
+async def test_a_closing_connection_is_aborted_after_the_grace(node: Node) -> None:
+    conn, t = await logged_in(node)
+    conn.kick(KickReason.SHUTDOWN, "bye")
+    assert t.closed and not t.aborted
+    grace_end = conn.phase_deadline
+    assert grace_end == pytest.approx(node.loop.time() + CLOSE_GRACE_S, abs=1)
+    assert conn.on_timer(grace_end - 1) == grace_end
+    assert conn.on_timer(grace_end) is None
+    assert t.aborted
+
+
+async def test_a_slow_consumer_queues_then_is_kicked(node: Node) -> None:
+    conn, t = await logged_in(node)
+    conn.pause_writing()  # the transport is past its high-water mark
+    hint = encode(SyncHint())
+    conn.write(hint)
+    assert t.out == b""  # held in the node's backlog, not the transport
+    conn.resume_writing()
+    assert t.frames() == [SyncHint()]
+    conn.pause_writing()
+    for _ in range(node.config.max_write_buffer // len(hint) + 1):
+        conn.write(hint)
+    frames = t.frames()
+    assert len(frames) == 1 and isinstance(frames[0], Kick)
+    assert frames[0].reason == KickReason.SLOW_CONSUMER  # the queue was dropped
+    assert t.closed and conn not in node.backlog
+
+
+async def test_over_the_op_budget_requests_are_refused_and_reading_pauses(node: Node) -> None:
+    conn, t = await logged_in(node)
+    burst = node.config.op_rate_burst
+    conn.data_received(b"".join(encode(Presence(i + 1, (1,))) for i in range(burst + 5)))
+    assert not t.reading  # the penalty: not read for a while
+    await asyncio.sleep(0.05)  # the refusals go out together at the iteration's end
+    await node.settle()
+    for _ in range(100):
+        frames = t.frames()
+        if frames:
+            break
+        await asyncio.sleep(0.01)
+    refused = [f for f in frames if isinstance(f, Error)]
+    assert refused and all(f.code == ErrorCode.RATE_LIMITED for f in refused)
+    assert refused[0].rid == burst + 1
+
+
+async def test_a_frame_over_max_frame_closes_with_bad_frame(node: Node) -> None:
+    conn, t = await logged_in(node)
+    too_big = node.config.max_frame + 1
+    conn.data_received(too_big.to_bytes(4, "big") + b"\x00")
+    (err,) = t.frames()
+    assert isinstance(err, Error) and err.code == ErrorCode.FRAME_TOO_LARGE
+    assert t.closed
+
+
+async def test_a_second_login_of_the_device_kicks_the_first(node: Node) -> None:
+    first, t1 = await logged_in(node)
+    second, _ = await logged_in(node)
+    (kick,) = t1.frames()
+    assert isinstance(kick, Kick) and kick.reason == KickReason.DUPLICATE_LOGIN
+    assert node.by_device[(7, "ios")] is second and first.conn_id not in node.sessions
+
+
+async def test_connection_lost_forgets_it(node: Node) -> None:
+    conn, _ = await logged_in(node)
+    assert node.open_count == 1
+    conn.connection_lost(None)
+    assert node.open_count == 0 and conn.state == State.CLOSED
+    assert conn.conn_id not in node.sessions
+
+
+async def test_a_full_node_refuses_the_connection(node: Node) -> None:
+    node.max_connections = 1
+    connect(node)
+    conn, t = connect(node)
+    assert t.aborted and conn.state == State.CLOSED and conn.conn_id == 0
