@@ -57,7 +57,7 @@ from aio_pika.abc import (
 )
 from yarl import URL
 
-from storage.models import StoreUnavailable
+from storage.errors import BusUnavailable
 from storage.ports import BusHandler, Delivery, ResumeHandler
 
 log = structlog.get_logger("imgw.bus")
@@ -166,7 +166,7 @@ class AmqpBus:
                 await self._declare(conn, node)
         except Exception as e:
             await conn.close()
-            raise StoreUnavailable(
+            raise BusUnavailable(
                 f"amqp: cannot start the bus on {self._shown_url}: {type(e).__name__}: {e} "
                 "(is RabbitMQ running and the URL right? start it with "
                 "`rabbitmq-server -detached` or `systemctl start rabbitmq-server`)"

@@ -33,7 +33,8 @@ from typing import Any, Final
 import msgpack
 import redis.asyncio as aioredis
 
-from storage.models import SentRecord, StoreUnavailable
+from storage.errors import CacheUnavailable
+from storage.models import SentRecord
 from storage.redis.connect import check_prefix
 from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT
@@ -129,7 +130,7 @@ def _seq(value: int) -> int:
 
 class RedisCache:
     """The accelerator (see the module docstring for the keys). Every method raises
-    `StoreUnavailable` on Redis trouble, except `ping`, which answers False."""
+    `CacheUnavailable` on Redis trouble, except `ping`, which answers False."""
 
     def __init__(self, client: aioredis.Redis, *, prefix: str = ""):
         self._client = client
@@ -247,7 +248,7 @@ class RedisCache:
         try:
             async with unavailable("ping", self._limit):
                 return bool(await self._client.ping())
-        except StoreUnavailable:
+        except CacheUnavailable:
             return False
 
     async def close(self) -> None:

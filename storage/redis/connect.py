@@ -7,7 +7,7 @@
   one server. It may not contain `{` or `}` (that would move the keys' hash tags).
 - `timeout` (seconds, default 1.0) bounds connecting and each operation of the adapters
   as a whole (a command or a pipeline: `storage.redis.errors.unavailable`), so a dead or
-  hung Redis fails fast as `StoreUnavailable` instead of stalling logins and sends. The
+  hung Redis fails fast as `CacheUnavailable` instead of stalling logins and sends. The
   client itself has no per-reply timeout (`socket_timeout=None`): that timer, one per
   command of a pipeline, cost 6 % of a worker's CPU at 4,000 msg/s.
 - `max_connections` (default 64) caps the pool; a caller finding every connection busy

@@ -103,7 +103,7 @@ def decode(conv_id: int, raw: bytes) -> StoredMessage:
 
 
 class RecentCache:
-    """Every method raises `StoreUnavailable` on Redis trouble."""
+    """Every method raises `CacheUnavailable` on Redis trouble."""
 
     def __init__(
         self, client: aioredis.Redis, *, prefix: str = "", max_entries: int = RECENT_MAX

@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from storage.models import StoreUnavailable
+from storage.errors import CacheUnavailable
 from storage.redis import raw
 from storage.redis.errors import unavailable
 
@@ -70,8 +70,8 @@ class Coalescer:
     """Script calls made during one event-loop iteration, sent together in one pipeline
     (`run_pipelined`) when the iteration ends: a storm of logins or disconnects costs a
     round trip and a pooled connection per iteration, not per call. Each caller gets its
-    own reply: its own error reply as `StoreUnavailable` (one bad call fails only its
-    caller), and each caller its own `StoreUnavailable` when the pipeline itself fails."""
+    own reply: its own error reply as `CacheUnavailable` (one bad call fails only its
+    caller), and each caller its own `CacheUnavailable` when the pipeline itself fails."""
 
     def __init__(self, client: aioredis.Redis, what: str, limit_s: float) -> None:
         self._client = client
@@ -119,7 +119,7 @@ class Coalescer:
                 fut.set_result(result)
 
 
-def _unavailable(text: str, cause: BaseException) -> StoreUnavailable:
-    e = StoreUnavailable(text)
+def _unavailable(text: str, cause: BaseException) -> CacheUnavailable:
+    e = CacheUnavailable(text)
     e.__cause__ = cause
     return e
