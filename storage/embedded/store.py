@@ -20,12 +20,11 @@ from typing import Any, Final, TypeVar
 
 import msgpack
 
-from protocol.ops import ConvKind, MsgType, is_client_msg_type
+from protocol.ops import ConvKind, MsgType
 from storage.embedded.schema import connect, migrate
 from storage.membership import plan_change
 from storage.models import (
     AppendResult,
-    AppendStatus,
     Conversation,
     Membership,
     MembershipChange,
@@ -38,12 +37,20 @@ from storage.models import (
     SyncPage,
     SyncRow,
 )
+from storage.rules import (
+    UNREAD_TYPES_SQL,
+    RecallTarget,
+    SendKey,
+    append_results,
+    plan_append,
+    recall_content,
+    recall_refusal,
+)
 from storage.snowflake import Snowflake
 
 T = TypeVar("T")
 
 _MSG_COLS = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
-_UNREAD_TYPES = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
 
 
 _I64_MAX = (1 << 63) - 1
@@ -484,32 +491,21 @@ class EmbeddedStore:
         def body(conn: sqlite3.Connection) -> list[AppendResult]:
             now = self._clock()
             members = self._current_members(conn, {m.conv_id for m in batch})
-            results: list[AppendResult] = []
-            in_batch: dict[tuple[int, str], StoredMessage] = {}
-            new: list[StoredMessage] = []
+            sent: dict[SendKey, StoredMessage] = {}
             for m in batch:
                 key = (m.sender_uid, m.client_msg_id)
-                prior = in_batch.get(key) or self._find_sent(conn, *key)
-                if prior is not None:
-                    results.append(
-                        AppendResult(AppendStatus.DUPLICATE, prior)
-                        if prior.same_send(m.conv_id, m.msg_type, m.content)
-                        else AppendResult(AppendStatus.CONFLICT)
-                    )
-                    continue
-                uids = members.get(m.conv_id, ())
-                if m.sender_uid not in uids:
-                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
-                    continue
-                msg = self._new(
+                if key not in sent and (found := self._find_sent(conn, *key)) is not None:
+                    sent[key] = found
+            plan = plan_append(batch, sent, members)
+            stored: dict[int, StoredMessage] = {}
+            for i in plan.store:
+                m = batch[i]
+                stored[i] = self._new(
                     conn, m.conv_id, m.sender_uid, m.msg_type, m.content, m.client_msg_id, now
                 )
-                new.append(msg)
-                in_batch[key] = msg
-                results.append(AppendResult(AppendStatus.STORED, msg, uids))
-            if new:
-                self._write(conn, new, now)
-            return results
+            if stored:
+                self._write(conn, list(stored.values()), now)
+            return append_results(batch, plan, sent, stored, members)
 
         return await self._wtx(body)
 
@@ -593,17 +589,16 @@ class EmbeddedStore:
                 "WHERE conv_id=? AND seq=?",
                 (conv_id, min(seq, _I64_MAX)),
             ).fetchone()
-            if row is None or seq < min_seq:
-                return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
-            sender, msg_type, send_ms, recall_seq = row
-            if _u(sender) != by:
-                return RecallResult(RecallStatus.DENIED)
-            if recall_seq:
-                return RecallResult(RecallStatus.ALREADY, recall_seq)
-            if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
-                return RecallResult(RecallStatus.DENIED)
-            content = msgpack.packb([seq])
-            msg = self._new(conn, conv_id, by, MsgType.RECALL, content, "", now)
+            target = None
+            if row is not None:
+                sender, msg_type, send_ms, recall_seq = row
+                target = RecallTarget(_u(sender), msg_type, send_ms, recall_seq or 0)
+            refusal = recall_refusal(
+                target, seq, by, now_ms=now, window_ms=window_ms, min_seq=min_seq
+            )
+            if refusal is not None:
+                return refusal
+            msg = self._new(conn, conv_id, by, MsgType.RECALL, recall_content(seq), "", now)
             self._write(conn, [msg], now)
             conn.execute(
                 "UPDATE im_message SET msg_type=?, content=x'', recall_seq=? "
@@ -664,7 +659,7 @@ class EmbeddedStore:
         SELECT conv_id, kind, max_seq, read_seq, delivered_seq, last_active, is_member,
           (SELECT COUNT(*) FROM im_message x WHERE x.conv_id = r.conv_id
              AND x.seq > r.read_seq AND x.seq <= r.max_seq AND x.sender_uid <> ?
-             AND {_UNREAD_TYPES}) AS unread
+             AND {UNREAD_TYPES_SQL}) AS unread
         FROM (
           SELECT m.conv_id AS conv_id, c.kind AS kind,
             COALESCE(m.left_seq, s.max_seq) AS max_seq, m.read_seq AS read_seq,

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from storage.models import StoredMessage
+from storage.rules import UNREAD_TYPES_SQL
 
 MSG_COLS: Final = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
 
@@ -148,7 +149,7 @@ def insert_sent(msgs: Sequence[StoredMessage], now: int) -> str:
     )
 
 
-UNREAD_TYPES: Final = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
+UNREAD_TYPES: Final = UNREAD_TYPES_SQL  # storage/rules.py, from protocol.ops
 
 
 def unread_counts(table: str, uid: int, ranges: Sequence[tuple[int, int, int]]) -> str:

@@ -31,11 +31,10 @@ import asyncmy
 import msgpack
 from asyncmy import errors as db_errors
 
-from protocol.ops import ConvKind, MsgType, is_client_msg_type
+from protocol.ops import ConvKind, MsgType
 from storage.membership import plan_change
 from storage.models import (
     AppendResult,
-    AppendStatus,
     Conversation,
     Membership,
     MembershipChange,
@@ -53,6 +52,14 @@ from storage.mysql import sql
 from storage.mysql.outbox import MySQLOutbox
 from storage.mysql.outbox import insert_row as outbox_sql
 from storage.mysql.schema import DEFAULT_SHARDS, SCHEMA_VERSION, UPGRADES, ddl, message_table
+from storage.rules import (
+    RecallTarget,
+    append_results,
+    plan_append,
+    recall_content,
+    recall_refusal,
+    resend_result,
+)
 from storage.snowflake import Snowflake
 
 T = TypeVar("T")
@@ -745,20 +752,10 @@ class MySQLStore:
             for c, u in await _next_rows(cur):
                 members[int(c)].append(int(u))
             prior = await self._load_sent(cur, sent_rows) if sent_rows else {}
-            candidates: list[int] = []  # not sent before (first of in-batch duplicates)
-            seen: dict[tuple[int, str], int] = {}
-            for i, m in enumerate(batch):
-                key = (m.sender_uid, m.client_msg_id)
-                if key not in prior and key not in seen:
-                    seen[key] = i
-                    candidates.append(i)
+            plan = plan_append(batch, prior, members)
             stored: dict[int, StoredMessage] = {}
-            refused: set[int] = set()
-            for i in candidates:
+            for i in plan.store:
                 m = batch[i]
-                if m.sender_uid not in members.get(m.conv_id, ()):
-                    refused.add(i)
-                    continue
                 top[m.conv_id] += 1
                 stored[i] = StoredMessage(
                     m.conv_id, top[m.conv_id], self._ids.next_id(now), m.sender_uid,
@@ -779,27 +776,7 @@ class MySQLStore:
                     await cur.execute(query)
                     while await cur.nextset():  # each statement's result; errors raise
                         pass
-            results: list[AppendResult] = []
-            for i, m in enumerate(batch):
-                if i in stored:
-                    conv_members = members[m.conv_id]
-                    results.append(
-                        AppendResult(AppendStatus.STORED, stored[i], conv_members, outbox_id)
-                    )
-                    continue
-                if i in refused:
-                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
-                    continue
-                key = (m.sender_uid, m.client_msg_id)
-                original = prior.get(key) or stored.get(seen.get(key, -1))
-                if original is None:
-                    # a duplicate of a message refused in this batch: refused too
-                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
-                elif original.same_send(m.conv_id, m.msg_type, m.content):
-                    results.append(AppendResult(AppendStatus.DUPLICATE, original))
-                else:
-                    results.append(AppendResult(AppendStatus.CONFLICT))
-            return results
+            return append_results(batch, plan, prior, stored, members, outbox_id=outbox_id)
 
         watch = _CommitWatch()
         try:
@@ -834,16 +811,8 @@ class MySQLStore:
         found = await self._run(lambda cur: self._find_sent_in(cur, keys), tx=False)
         if not any(m.server_ms == attempt_ms for m in found.values()):
             return None  # nothing carries this attempt's commit time: it did not commit
-        out: list[AppendResult] = []
-        for m in batch:
-            original = found.get((m.sender_uid, m.client_msg_id))
-            if original is None:
-                out.append(AppendResult(AppendStatus.NOT_MEMBER))  # refused in that commit
-            elif original.same_send(m.conv_id, m.msg_type, m.content):
-                out.append(AppendResult(AppendStatus.DUPLICATE, original))
-            else:
-                out.append(AppendResult(AppendStatus.CONFLICT))
-        return out
+        # not found: refused in that commit (NOT_MEMBER)
+        return [resend_result(m, found.get((m.sender_uid, m.client_msg_id))) for m in batch]
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         async def q(cur: Cursor) -> StoredMessage | None:
@@ -901,19 +870,16 @@ class MySQLStore:
                 (conv_id, seq),
             )
             row = await cur.fetchone()
-            if row is None or seq < min_seq:
-                return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
-            sender, msg_type, send_ms, recall_seq = (int(x) for x in row)
-            if sender != by:
-                return RecallResult(RecallStatus.DENIED)
-            if recall_seq:
-                return RecallResult(RecallStatus.ALREADY, recall_seq)
-            if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
-                return RecallResult(RecallStatus.DENIED)
+            target = None if row is None else RecallTarget(*(int(x) for x in row))
+            refusal = recall_refusal(
+                target, seq, by, now_ms=now, window_ms=window_ms, min_seq=min_seq
+            )
+            if refusal is not None:
+                return refusal
             first = await self._next_seq(cur, conv_id, now)
             msg = StoredMessage(
                 conv_id, first, self._ids.next_id(now), by, MsgType.RECALL,
-                msgpack.packb([seq]), now, "",
+                recall_content(seq), now, "",
             )  # fmt: skip
             await self._insert_messages(cur, [msg])
             await cur.execute(
