@@ -9,8 +9,9 @@ one round trip (the driver enables multi-statements on every connection).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from storage.models import StoredMessage
 from storage.rules import UNREAD_TYPES_SQL
@@ -119,6 +120,23 @@ def insert_messages(
     if rows:
         out.append(head + ",".join(rows))
     return out
+
+
+def insert_sharded(msgs: Sequence[StoredMessage], table_of: Callable[[int], str]) -> list[str]:
+    """`insert_messages` of each message table (shard) `msgs` go to."""
+    by_shard: dict[str, list[StoredMessage]] = defaultdict(list)
+    for m in msgs:
+        by_shard[table_of(m.conv_id)].append(m)
+    return [st for table, rows in by_shard.items() for st in insert_messages(table, rows)]
+
+
+def message_of(row: Sequence[Any]) -> StoredMessage:
+    """The message of a row of MSG_COLS."""
+    cmid = row[7]
+    return StoredMessage(
+        int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), bytes(row[5]),
+        int(row[6]), cmid.decode() if cmid is not None else "",
+    )  # fmt: skip
 
 
 def queries(statements: Sequence[str], budget: int = MAX_QUERY_BYTES) -> list[str]:
