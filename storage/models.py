@@ -6,7 +6,7 @@ that imports them with the records."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -158,6 +158,11 @@ class SyncPage:
     has_more: bool
 
 
+# A system message's content, msgpack-encoded: {"event": "created" | "added" |
+# "removed" | "left", "by": uid, "uids": [uid, ...]} and, for "created", "title".
+SystemEvent = Mapping[str, int | str | Sequence[int]]
+
+
 @dataclass(frozen=True, slots=True)
 class MembershipChange:
     """The outcome of one GROUP_MEMBERS request: the system messages written, in order."""
@@ -214,5 +219,6 @@ __all__ = [
     "StoredMessage",
     "SyncPage",
     "SyncRow",
+    "SystemEvent",
     "content_digest",
 ]

@@ -43,7 +43,6 @@ import asyncio
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
@@ -254,14 +253,14 @@ class AmqpBus:
         self.unroutable += 1  # the returned message: no queue is bound for `node`
         return Delivery.UNROUTABLE
 
-    def _link_closed(self, _conn: Any, exc: BaseException | None = None) -> None:
+    def _link_closed(self, _conn: object, exc: BaseException | None = None) -> None:
         if self._closing or self._down:
             return
         self._down = True
         self.outages += 1
         log.warning("bus link lost", url=self._shown_url, error=repr(exc))
 
-    def _link_restored(self, _conn: Any) -> None:
+    def _link_restored(self, _conn: object) -> None:
         if self._closing:
             return
         self._down = False

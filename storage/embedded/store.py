@@ -16,12 +16,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import msgpack
 
 from protocol.ops import ConvKind, MsgType
 from storage.embedded.schema import connect, migrate
+from storage.errors import StoreUnavailable
 from storage.membership import plan_change
 from storage.models import (
     AppendResult,
@@ -33,9 +34,9 @@ from storage.models import (
     RecallStatus,
     SentRecord,
     StoredMessage,
-    StoreUnavailable,
     SyncPage,
     SyncRow,
+    SystemEvent,
 )
 from storage.rules import (
     UNREAD_TYPES_SQL,
@@ -49,6 +50,10 @@ from storage.rules import (
 from storage.snowflake import Snowflake
 
 T = TypeVar("T")
+P = ParamSpec("P")
+# One result row. Any: its values are what SQLite holds in the columns the query selected
+# (int, str, bytes, None); each reader converts them itself.
+Row = Sequence[Any]
 
 _MSG_COLS = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
 
@@ -69,7 +74,7 @@ def _u(value: int) -> int:
     return value + (1 << 64) if value < 0 else value
 
 
-def _msg(row: Sequence[Any]) -> StoredMessage:
+def _msg(row: Row) -> StoredMessage:
     return StoredMessage(row[0], row[1], row[2], _u(row[3]), row[4], bytes(row[5]), row[6], row[7])
 
 
@@ -178,20 +183,22 @@ class EmbeddedStore:
         """None: one process holds the embedded store, so its fan-out dies with it."""
         return None
 
-    async def _w(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._run(self._writer, fn, *args)
+    async def _w(self, fn: Callable[[], T]) -> T:
+        return await self._run(self._writer, fn)
 
-    async def _r(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._run(self._reader, fn, *args)
+    async def _r(self, fn: Callable[[], T]) -> T:
+        return await self._run(self._reader, fn)
 
     async def _wtx(self, body: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(self._writer, self._tx, body)
 
     @staticmethod
-    async def _run(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+    async def _run(
+        pool: ThreadPoolExecutor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(pool, functools.partial(fn, *args))
+            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
         except sqlite3.Error as e:
             raise StoreUnavailable(f"sqlite: {e}") from e
 
@@ -296,7 +303,7 @@ class EmbeddedStore:
         )
 
     def _system(
-        self, conn: sqlite3.Connection, conv_id: int, event: dict[str, Any], now: int
+        self, conn: sqlite3.Connection, conv_id: int, event: SystemEvent, now: int
     ) -> StoredMessage:
         content = msgpack.packb(event, use_bin_type=True)
         msg = self._new(conn, conv_id, 0, MsgType.SYSTEM, content, "", now)
@@ -417,7 +424,7 @@ class EmbeddedStore:
                 (ConvKind.GROUP, title, _s(owner), now),
             )
             conv_id = int(cur.lastrowid or 0)
-            event = {"event": "created", "by": owner, "uids": members, "title": title}
+            event: SystemEvent = {"event": "created", "by": owner, "uids": members, "title": title}
             msg = self._system(conn, conv_id, event, now)
             conn.executemany(
                 "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, updated_ms)"
@@ -550,7 +557,7 @@ class EmbeddedStore:
         lo = min(max(after_seq + 1, min_seq), _I64_MAX)  # client seqs may be any u64
         hi = max_seq if max_seq is not None else _I64_MAX
 
-        def q() -> list[Any]:
+        def q() -> list[Row]:
             assert self._rconn is not None
             return self._rconn.execute(
                 f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
@@ -568,7 +575,7 @@ class EmbeddedStore:
         if max_seq is not None:
             hi = min(hi, max_seq)
 
-        def q() -> list[Any]:
+        def q() -> list[Row]:
             assert self._rconn is not None
             return self._rconn.execute(
                 f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
@@ -682,7 +689,7 @@ class EmbeddedStore:
         su = _s(uid)
         params = (su, device, su, changed_since_ms, a_active, a_active, a_conv, limit + 1)
 
-        def q() -> list[Any]:
+        def q() -> list[Row]:
             assert self._rconn is not None
             return self._rconn.execute(sql, params).fetchall()
 

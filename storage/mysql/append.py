@@ -17,14 +17,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from storage.errors import StoreOutcomeUnknown, StoreUnavailable
 from storage.models import AppendResult, NewMessage, StoredMessage
 from storage.mysql import sql
 from storage.mysql.outbox import MySQLOutbox
 from storage.mysql.outbox import insert_row as outbox_sql
-from storage.mysql.transactions import CommitWatch, Cursor, Transactions, next_rows
+from storage.mysql.transactions import CommitWatch, Cursor, Row, Transactions, next_rows
 from storage.rules import SendKey, append_results, plan_append, resend_result
 from storage.snowflake import Snowflake
 
@@ -41,7 +40,7 @@ async def find_sent_in(
 
 
 async def load_sent(
-    cur: Cursor, rows: Sequence[Sequence[Any]], table_of: TableOf
+    cur: Cursor, rows: Sequence[Row], table_of: TableOf
 ) -> dict[SendKey, StoredMessage]:
     """The messages of idempotency records (sender, client_msg_id, conv_id, seq):
     one round trip each, which only resends pay."""

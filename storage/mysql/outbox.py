@@ -21,14 +21,14 @@ one DELETE per node per second for the delivered rows, one lease UPSERT per seco
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgpack
 
 from storage.models import OutboxRow, StoredMessage
 
 if TYPE_CHECKING:
-    from storage.mysql.transactions import Cursor, Transactions
+    from storage.mysql.transactions import Cursor, Row, Transactions
 
 
 def entries_of(msgs: Sequence[StoredMessage]) -> list[list[int]]:
@@ -109,7 +109,7 @@ class MySQLOutbox:
         return await self._db.run(q, tx=False)
 
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:
-        async def q(cur: Cursor) -> list[Any]:
+        async def q(cur: Cursor) -> list[Row]:
             await cur.execute(
                 "SELECT id, entries FROM im_outbox WHERE node=%s ORDER BY id LIMIT %s",
                 (node, limit),

@@ -19,6 +19,9 @@ from storage.rules import UNREAD_TYPES_SQL
 MSG_COLS: Final = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
 
 Value = int | bytes | None
+# One result row. Any: its values are whatever the driver made of the columns the query
+# selected (int, str, bytes, None); each reader converts them itself.
+Row = Sequence[Any]
 
 # Bytes of SQL per query: well under max_allowed_packet (16 MiB by default in MariaDB,
 # 4 MiB in older MySQL), so a batch of large messages never fails on the packet limit.
@@ -130,7 +133,7 @@ def insert_sharded(msgs: Sequence[StoredMessage], table_of: Callable[[int], str]
     return [st for table, rows in by_shard.items() for st in insert_messages(table, rows)]
 
 
-def message_of(row: Sequence[Any]) -> StoredMessage:
+def message_of(row: Row) -> StoredMessage:
     """The message of a row of MSG_COLS."""
     cmid = row[7]
     return StoredMessage(

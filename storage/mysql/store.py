@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Final
 
 import msgpack
 from asyncmy import errors as db_errors
@@ -39,6 +39,7 @@ from storage.models import (
     SentRecord,
     StoredMessage,
     SyncPage,
+    SystemEvent,
 )
 from storage.mysql import sql
 from storage.mysql.append import GroupCommit, find_sent_in
@@ -46,7 +47,7 @@ from storage.mysql.outbox import MySQLOutbox
 from storage.mysql.schema import SCHEMA_VERSION, message_table
 from storage.mysql.settings import MySQLSettings
 from storage.mysql.sync import SyncBatcher
-from storage.mysql.transactions import Cursor, Transactions
+from storage.mysql.transactions import Cursor, Row, Transactions, rowcount
 from storage.rules import RecallTarget, recall_content, recall_refusal
 from storage.snowflake import Snowflake
 
@@ -129,7 +130,7 @@ class MySQLStore:
                 "DELETE FROM im_send_dedup WHERE created_ms < %s LIMIT %s",
                 (self._clock() - keep_ms, limit),
             )
-            return int(cur.rowcount)
+            return rowcount(cur)
 
         return await self._run(body)
 
@@ -158,7 +159,7 @@ class MySQLStore:
             await cur.execute(statement)
 
     async def _system(
-        self, cur: Cursor, conv_id: int, event: dict[str, Any], now: int, *, new: bool = False
+        self, cur: Cursor, conv_id: int, event: SystemEvent, now: int, *, new: bool = False
     ) -> StoredMessage:
         """A server-written message. `new`: the conversation was created in this
         transaction, so its seq row is inserted as seq 1 without the locking read (which,
@@ -290,7 +291,7 @@ class MySQLStore:
                 (ConvKind.GROUP, title, owner, now),
             )
             conv_id = int(cur.lastrowid)
-            event = {"event": "created", "by": owner, "uids": members, "title": title}
+            event: SystemEvent = {"event": "created", "by": owner, "uids": members, "title": title}
             msg = await self._system(cur, conv_id, event, now, new=True)
             values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(members))
             params: list[int] = []
@@ -330,7 +331,7 @@ class MySQLStore:
             plan = plan_change(active, owner, by, add, remove, max_members=max_members)
             out: list[StoredMessage] = []
             for event, uids in plan.events:
-                change = {"event": event, "by": by, "uids": uids}
+                change: SystemEvent = {"event": event, "by": by, "uids": uids}
                 msg = await self._system(cur, conv_id, change, now)
                 out.append(msg)
                 if event == "added":
@@ -380,7 +381,7 @@ class MySQLStore:
         lo = max(after_seq + 1, min_seq)
         hi = max_seq if max_seq is not None else (1 << 64) - 1
 
-        async def q(cur: Cursor) -> list[Any]:
+        async def q(cur: Cursor) -> list[Row]:
             await cur.execute(
                 f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
                 "AND seq BETWEEN %s AND %s ORDER BY seq LIMIT %s",
@@ -398,7 +399,7 @@ class MySQLStore:
         if max_seq is not None:
             hi = min(hi, max_seq)
 
-        async def q(cur: Cursor) -> list[Any]:
+        async def q(cur: Cursor) -> list[Row]:
             await cur.execute(
                 f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
                 "AND seq BETWEEN %s AND %s ORDER BY seq DESC LIMIT %s",
@@ -480,7 +481,7 @@ class MySQLStore:
                 "AND uid=%s AND read_seq<%s AND left_seq IS NULL",
                 (target, self._clock(), conv_id, uid, target),
             )
-            return target if cur.rowcount else None
+            return target if rowcount(cur) else None
 
         return await self._run(body)
 
@@ -513,7 +514,7 @@ class MySQLStore:
 
         async def body(cur: Cursor) -> None:
             values = ",".join(["(%s,%s,%s,%s,%s)"] * len(cursors))
-            params: list[Any] = []
+            params: list[int | str] = []
             for conv_id, uid, device, seq, ms in sorted(cursors):
                 params += [uid, device, conv_id, seq, ms]
             await cur.execute(
@@ -541,7 +542,7 @@ class MySQLStore:
                 (uid, device, conv_id, target, self._clock()),
             )
             # rowcount: 1 inserted, 2 updated, 0 unchanged
-            return target if cur.rowcount else None
+            return target if rowcount(cur) else None
 
         return await self._run(body)
 

@@ -12,12 +12,12 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from storage.errors import StoreUnavailable
 from storage.models import SyncPage, SyncRow
 from storage.mysql import sql
-from storage.mysql.transactions import Cursor, Transactions, next_rows
+from storage.mysql.transactions import Cursor, Row, Transactions, next_rows
 
 SYNC_BATCH_MAX: Final = 64  # SYNCs per multi-statement query
 _SYNC_SQL: Final = """SELECT m.conv_id AS cid, c.kind, COALESCE(m.left_seq, s.max_seq) AS max_seq,
@@ -62,7 +62,7 @@ class _SyncAsk:
     limit: int
     fut: asyncio.Future[SyncPage]
 
-    def query(self) -> tuple[str, tuple[Any, ...]]:
+    def query(self) -> tuple[str, tuple[int | str, ...]]:
         a_active, a_conv = self.after if self.after is not None else ((1 << 62), 0)
         if self.since_ms <= 0:
             return _SYNC_FIRST_SQL, (
@@ -73,7 +73,7 @@ class _SyncAsk:
         )  # fmt: skip
 
 
-def _sync_row(r: Sequence[Any], unread: dict[int, int]) -> SyncRow:
+def _sync_row(r: Row, unread: dict[int, int]) -> SyncRow:
     return SyncRow(
         int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), unread.get(int(r[0]), 0),
         int(r[5]), bool(r[6]),
@@ -116,7 +116,7 @@ class SyncBatcher:
             task.add_done_callback(self._sync_tasks.discard)
 
     async def _sync_batch(self, asks: list[_SyncAsk]) -> None:
-        async def q(cur: Cursor) -> tuple[list[list[Any]], list[dict[int, int]]]:
+        async def q(cur: Cursor) -> tuple[list[list[Row]], list[dict[int, int]]]:
             await cur.execute(";".join(cur.mogrify(*a.query()) for a in asks))
             pages = [list(await cur.fetchall())]
             for _ in asks[1:]:
@@ -142,7 +142,7 @@ class SyncBatcher:
                 a.fut.set_result(SyncPage(page, len(rows) > a.limit))
 
     async def _unread(
-        self, cur: Cursor, asks: Sequence[_SyncAsk], pages: Sequence[Sequence[Any]]
+        self, cur: Cursor, asks: Sequence[_SyncAsk], pages: Sequence[Sequence[Row]]
     ) -> list[dict[int, int]]:
         """Unread counts of every page: range scans of (conv_id, seq), one query per
         shard per user, all in one round trip (more only past 1 MiB of SQL)."""

@@ -9,19 +9,24 @@ thread (`Transactions.fence`) and then ask what landed.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Final, TypeVar, cast
 
 import asyncmy
 from asyncmy import errors as db_errors
+from asyncmy.connection import Connection
+from asyncmy.cursors import Cursor
+from asyncmy.pool import Pool
 
 from storage.errors import StoreUnavailable
 from storage.mysql.settings import MySQLSettings
+from storage.mysql.sql import Row
 
 T = TypeVar("T")
-Cursor = Any  # asyncmy.cursors.Cursor
+
+__all__ = ["CommitWatch", "Cursor", "Row", "Transactions", "next_rows", "rowcount"]
 
 _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
 _MAX_ATTEMPTS: Final = 4
@@ -37,11 +42,17 @@ class CommitWatch:
     unanswered: bool = False
 
 
-async def next_rows(cur: Cursor) -> Sequence[Any]:
+async def next_rows(cur: Cursor) -> list[Row]:
     """The rows of the next statement of a multi-statement query."""
     if not await cur.nextset():
         raise StoreUnavailable("MySQL answered fewer result sets than statements sent")
-    return await cur.fetchall()  # type: ignore[no-any-return]
+    return await cur.fetchall()
+
+
+def rowcount(cur: Cursor) -> int:
+    """The rows the last statement matched or changed (asyncmy's stub says `object`;
+    the driver sets an int)."""
+    return int(cast(int, cur.rowcount))
 
 
 class Transactions:
@@ -49,7 +60,7 @@ class Transactions:
 
     def __init__(self, settings: MySQLSettings) -> None:
         self.settings = settings
-        self._pool: Any = None  # asyncmy.pool.Pool
+        self._pool: Pool | None = None
 
     async def open(self) -> None:
         s = self.settings
@@ -79,7 +90,7 @@ class Transactions:
             await self._pool.wait_closed()
 
     @asynccontextmanager
-    async def _conn(self) -> Any:
+    async def _conn(self) -> AsyncIterator[Connection]:
         pool = self._pool
         if pool is None:
             raise StoreUnavailable("MySQL store not started")
@@ -157,7 +168,7 @@ class Transactions:
         raise AssertionError("unreachable")
 
     @staticmethod
-    async def _commit(conn: Any, watch: CommitWatch | None) -> None:
+    async def _commit(conn: Connection, watch: CommitWatch | None) -> None:
         if watch is None:
             await conn.commit()
             return

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, cast
 
 import msgpack
 import redis.asyncio as aioredis
@@ -186,7 +186,8 @@ class RedisCache:
 
     async def get_members(self, conv_id: int) -> MemberSnapshot | None:
         async with unavailable("members get", self._limit):
-            fields: dict[Any, Any] = await self._client.hgetall(self.members_key(conv_id))
+            # bytes: connect.py opens every client with decode_responses=False
+            fields = cast(dict[bytes, bytes], await self._client.hgetall(self.members_key(conv_id)))
         try:
             version = int(fields[b"v"])
             data = b"".join(fields[b"d%d" % i] for i in range(int(fields[b"n"])))
@@ -238,7 +239,7 @@ class RedisCache:
         if not wanted:
             return {}
         async with unavailable(what, self._limit):
-            values: list[Any] = await self._client.hmget(key, wanted)
+            values = cast(list[bytes | None], await self._client.hmget(key, wanted))
         return {c: int(v) for c, v in zip(wanted, values, strict=True) if v is not None}
 
     # -- health ---------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
@@ -23,6 +22,7 @@ from redis.exceptions import NoScriptError
 from storage.errors import CacheUnavailable
 from storage.redis import raw
 from storage.redis.errors import unavailable
+from storage.redis.raw import Reply
 
 # Comparison of canonical non-negative decimal strings (no leading zeros): exact for the
 # whole u64 range, where Lua's doubles are not.
@@ -38,7 +38,7 @@ ScriptCall = tuple[AsyncScript, Sequence[str], Sequence[str | int | bytes]]
 
 async def run_pipelined(
     client: aioredis.Redis, calls: Sequence[ScriptCall], *, raise_errors: bool = True
-) -> list[Any]:
+) -> list[Reply]:
     """Run `calls` in one pipeline round trip (two more only after a script cache flush);
     returns the replies in order. The first error reply is raised, or with
     `raise_errors=False` returned in its place."""
@@ -59,7 +59,7 @@ async def run_pipelined(
     return results
 
 
-async def _send(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+async def _send(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Reply]:
     return await raw.pipeline(
         client,
         [raw.pack(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
@@ -77,12 +77,12 @@ class Coalescer:
         self._client = client
         self._what = what
         self._limit = limit_s
-        self._pending: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
+        self._pending: list[tuple[ScriptCall, asyncio.Future[Reply]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def call(self, call: ScriptCall) -> Any:
+    async def call(self, call: ScriptCall) -> Reply:
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[Reply] = loop.create_future()
         self._pending.append((call, fut))
         if len(self._pending) == 1:
             loop.call_soon(self._flush)
@@ -95,7 +95,7 @@ class Coalescer:
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
 
-    async def _send(self, batch: list[tuple[ScriptCall, asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[tuple[ScriptCall, asyncio.Future[Reply]]]) -> None:
         try:
             async with unavailable(self._what, self._limit):
                 results = await run_pipelined(
