@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from protocol.token import DEVICE_RE
-from storage.models import StoreUnavailable
+from storage.errors import BackendUnavailable
 
 if TYPE_CHECKING:
     from gateway.node import Node
@@ -124,7 +124,7 @@ class AdminServer:
             return "400 Bad Request", "text/plain", b"device must match [A-Za-z0-9_-]{1,32}\n"
         try:
             kicked = await self._node.revoke(uid, device)
-        except StoreUnavailable as e:
+        except BackendUnavailable as e:
             return "503 Service Unavailable", "text/plain", f"{e}\n".encode()
         return "200 OK", "text/plain", f"revoked; {kicked} session(s) kicked\n".encode()
 

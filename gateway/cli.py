@@ -222,7 +222,7 @@ def cmd_token(args: argparse.Namespace) -> int:
 def cmd_db_migrate(args: argparse.Namespace) -> int:
     import asyncio
 
-    from storage.models import StoreUnavailable
+    from storage.errors import StoreUnavailable
     from storage.mysql import MySQLSettings, migrate
 
     url = args.store or load(config_file=args.config).store_url()

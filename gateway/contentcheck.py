@@ -25,7 +25,8 @@ from typing import Any, Final
 
 import httpx
 
-from storage.models import NewMessage, StoreUnavailable
+from storage.errors import StoreUnavailable
+from storage.models import NewMessage
 
 FAIL_OPEN: Final = "open"
 FAIL_CLOSED: Final = "closed"

@@ -33,7 +33,8 @@ from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
 from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
-from storage.models import OutboxRow, Route, StoredMessage, StoreUnavailable
+from storage.errors import BackendUnavailable
+from storage.models import OutboxRow, Route, StoredMessage
 from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
@@ -289,7 +290,7 @@ class Node:
         route = Route(uid, device, self.node_id, conn.conn_id, time.time_ns())
         try:
             prev = await self.routes.register(route, iat=iat)
-        except StoreUnavailable:
+        except BackendUnavailable:
             # The write may have landed before the error: take it back (CAS, best effort).
             self.spawn(self._remove_route(route))
             raise

@@ -34,8 +34,8 @@ from gateway.limits import connection_cap, raise_nofile
 from gateway.logs import configure
 from gateway.node import PACE_STEP_S, Node, due_by
 from protocol.ops import KickReason
+from storage.errors import BackendUnavailable
 from storage.factory import BackendError, Backends, open_backends
-from storage.models import StoreUnavailable
 from storage.redis.lease import WorkerIdLease
 from storage.snowflake import Snowflake
 
@@ -133,7 +133,7 @@ class Server:
         self._lease = WorkerIdLease(client, prefix=prefix, owner=owner)
         try:
             self.ids.worker_id = await self._lease.acquire()
-        except StoreUnavailable:
+        except BackendUnavailable:
             await client.aclose()
             self._lease = None
             raise
@@ -148,7 +148,7 @@ class Server:
             await asyncio.sleep(delay)
             try:
                 moved = await lease.renew()
-            except StoreUnavailable as e:
+            except BackendUnavailable as e:
                 self.log.warning("worker id lease renewal failed", error=str(e))
                 delay = 1.0  # re-take the key as soon as Redis is back
             else:
@@ -167,7 +167,7 @@ class Server:
         if self._lease is not None:
             try:
                 await self._lease.release()
-            except StoreUnavailable as e:
+            except BackendUnavailable as e:
                 self.log.warning("worker id lease release failed", error=str(e))
             await self._lease.close()
 
@@ -299,7 +299,7 @@ def run(config: Config, *, reuse_port: bool = False) -> int:
             loop.add_signal_handler(sig, stop.set)
         try:
             await server.start()
-        except (StoreUnavailable, BackendError, OSError) as e:
+        except (BackendUnavailable, BackendError, OSError) as e:
             structlog.get_logger("imgw").error("cannot start", error=str(e))
             if server.backends is not None:
                 await server.backends.store.close()

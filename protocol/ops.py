@@ -149,7 +149,17 @@ APP_MSG_TYPE_MIN: Final = 100
 APP_MSG_TYPE_MAX: Final = 127
 
 
+# The msg_types a client may send, as inclusive ranges: 1-4 and 100-127. The one
+# definition of them: they also count as unread and can be recalled (the stores' SQL
+# for unread counts is generated from it, storage/rules.py).
+CLIENT_MSG_TYPES: Final[tuple[tuple[int, int], ...]] = (
+    (int(MsgType.TEXT), int(MsgType.FILE)),
+    (APP_MSG_TYPE_MIN, APP_MSG_TYPE_MAX),
+)
+(_LO1, _HI1), (_LO2, _HI2) = CLIENT_MSG_TYPES
+
+
 def is_client_msg_type(msg_type: int) -> bool:
-    """msg_types a client may send: 1-4 and 100-127. They also count as unread and can be
-    recalled."""
-    return 1 <= msg_type <= 4 or APP_MSG_TYPE_MIN <= msg_type <= APP_MSG_TYPE_MAX
+    """Whether a client may send `msg_type` (CLIENT_MSG_TYPES). These also count as unread
+    and can be recalled."""
+    return _LO1 <= msg_type <= _HI1 or _LO2 <= msg_type <= _HI2

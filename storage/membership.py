@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from storage.models import GroupFull
+from storage.errors import GroupFull
 
 
 @dataclass(frozen=True, slots=True)

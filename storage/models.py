@@ -1,11 +1,25 @@
-"""Plain records that cross the storage boundary. No I/O here."""
+"""Plain records that cross the storage boundary. No I/O here.
+
+The storage errors live in storage/errors.py; they are re-exported here for the code
+that imports them with the records."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+
+# The errors, re-exported for the code that imports them with the records.
+from storage.errors import (
+    BackendUnavailable,
+    BusUnavailable,
+    CacheUnavailable,
+    GroupFull,
+    Revoked,
+    StoreOutcomeUnknown,
+    StoreUnavailable,
+)
 
 DIGEST_BYTES = 16
 
@@ -144,6 +158,11 @@ class SyncPage:
     has_more: bool
 
 
+# A system message's content, msgpack-encoded: {"event": "created" | "added" |
+# "removed" | "left", "by": uid, "uids": [uid, ...]} and, for "created", "title".
+SystemEvent = Mapping[str, int | str | Sequence[int]]
+
+
 @dataclass(frozen=True, slots=True)
 class MembershipChange:
     """The outcome of one GROUP_MEMBERS request: the system messages written, in order."""
@@ -177,19 +196,29 @@ class Route:
     epoch: int
 
 
-class GroupFull(Exception):
-    """A membership change would take a group over its member limit; nothing changed."""
-
-
-class Revoked(Exception):
-    """A login whose token a revocation covers (RouteStore.register refused it)."""
-
-
-class StoreUnavailable(Exception):
-    """The authoritative store could not complete the operation; nothing was committed."""
-
-
-class StoreOutcomeUnknown(StoreUnavailable):
-    """A commit was sent and the store could not tell whether it landed: it may be
-    committed. Callers must not report "not stored"; a retry with the same idempotency
-    key learns the outcome."""
+__all__ = [
+    "DIGEST_BYTES",
+    "AppendResult",
+    "AppendStatus",
+    "BackendUnavailable",
+    "BusUnavailable",
+    "CacheUnavailable",
+    "Conversation",
+    "GroupFull",
+    "Membership",
+    "MembershipChange",
+    "NewMessage",
+    "OutboxRow",
+    "RecallResult",
+    "RecallStatus",
+    "Revoked",
+    "Route",
+    "SentRecord",
+    "StoreOutcomeUnknown",
+    "StoreUnavailable",
+    "StoredMessage",
+    "SyncPage",
+    "SyncRow",
+    "SystemEvent",
+    "content_digest",
+]

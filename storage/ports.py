@@ -4,7 +4,9 @@ Adapters: `storage.embedded` (SQLite + in-process routes and bus, the default). 
 MySQL, Redis and RabbitMQ adapters implement the same ports.
 
 Every method that can block is `async`; adapters never block the event loop. A failure of
-the authoritative store raises `StoreUnavailable` and commits nothing.
+the authoritative store raises `StoreUnavailable` and commits nothing; a Redis adapter
+raises `CacheUnavailable`, the bus `BusUnavailable`: all `BackendUnavailable`
+(storage/errors.py).
 """
 
 from __future__ import annotations

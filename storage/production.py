@@ -31,6 +31,7 @@ from typing import Final
 
 import structlog
 
+from storage.errors import BackendUnavailable, CacheUnavailable, StoreUnavailable
 from storage.models import (
     AppendResult,
     AppendStatus,
@@ -42,7 +43,6 @@ from storage.models import (
     RecallStatus,
     SentRecord,
     StoredMessage,
-    StoreUnavailable,
     SyncPage,
 )
 from storage.mysql import MySQLStore
@@ -136,7 +136,7 @@ class ProductionStore:
             snap = await self.cache.get_members(conv_id)
             if snap is not None:
                 return snap
-        except StoreUnavailable as e:
+        except CacheUnavailable as e:
             self._redis_failed("get_members", e)
         version, rows = await self.mysql.member_rows(conv_id)
         snap = _snapshot(conv_id, version, rows)
@@ -147,7 +147,7 @@ class ProductionStore:
     async def _put_members(self, snap: MemberSnapshot) -> None:
         try:
             await self.cache.put_members(snap)
-        except StoreUnavailable as e:
+        except CacheUnavailable as e:
             self._redis_failed("put_members", e)
 
     async def _refresh_members(self, conv_id: int) -> None:
@@ -157,11 +157,11 @@ class ProductionStore:
         try:
             version, rows = await self.mysql.member_rows(conv_id)
             await self.cache.put_members(_snapshot(conv_id, version, rows))
-        except StoreUnavailable as e:
+        except BackendUnavailable as e:
             log.warning("member snapshot not refreshed", conv_id=conv_id, error=str(e))
             try:
                 await self.cache.drop_members(conv_id)
-            except StoreUnavailable as e2:
+            except CacheUnavailable as e2:
                 self._redis_failed("drop_members", e2)
 
     async def get_conversation(self, conv_id: int) -> Conversation | None:
@@ -229,7 +229,7 @@ class ProductionStore:
             return
         try:
             await self.recent.add(msgs)
-        except StoreUnavailable as e:
+        except CacheUnavailable as e:
             self._redis_failed("recent add", e)
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
@@ -238,14 +238,14 @@ class ProductionStore:
             rec = await self.cache.get_sent(sender_uid, client_msg_id)
             if rec is not None:
                 return rec
-        except StoreUnavailable as e:
+        except CacheUnavailable as e:
             self._redis_failed("get_sent", e)
             return await self.mysql.find_sent(sender_uid, client_msg_id)
         rec = await self.mysql.find_sent(sender_uid, client_msg_id)
         if rec is not None:
             try:
                 await self.cache.put_sent([rec])
-            except StoreUnavailable as e:
+            except CacheUnavailable as e:
                 self._redis_failed("put_sent", e)
         return rec
 
@@ -300,7 +300,7 @@ class ProductionStore:
             return None
         try:
             got = await self.recent.range(conv_id, first, last)
-        except StoreUnavailable as e:
+        except CacheUnavailable as e:
             self._redis_failed("recent range", e)
             return None
         if [m.seq for m in got] != list(range(first, last + 1)):
@@ -322,7 +322,7 @@ class ProductionStore:
             # original content out of Redis, and the floor keeps a late write of it out.
             try:
                 await self.recent.forget_upto(conv_id, seq)
-            except StoreUnavailable as e:
+            except CacheUnavailable as e:
                 self._redis_failed("recent forget", e)
         return result
 
@@ -334,7 +334,7 @@ class ProductionStore:
             return None
         try:
             moved = await self.cache.advance_read(conv_id, uid, target)
-        except StoreUnavailable as e:
+        except CacheUnavailable as e:
             self._redis_failed("advance_read", e)
             return await self.mysql.set_read(conv_id, uid, target)
         # Queued whatever Redis says: a READ retried after a crash that lost the queue
@@ -349,7 +349,7 @@ class ProductionStore:
             return None
         try:
             moved = await self.cache.advance_delivered(conv_id, uid, device, target)
-        except StoreUnavailable as e:
+        except CacheUnavailable as e:
             self._redis_failed("advance_delivered", e)
             return await self.mysql.set_delivered(conv_id, uid, device, target)
         dkey = (conv_id, uid, device)

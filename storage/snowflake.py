@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from storage.models import StoreUnavailable
+from storage.errors import StoreUnavailable
 
 EPOCH_MS: Final = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 WORKER_BITS: Final = 10

@@ -10,7 +10,7 @@ from gateway.handlers import conversations, messaging, receipts, session, sync
 from gateway.handlers.base import RequestError
 from protocol import frames as fr
 from protocol.ops import ErrorCode
-from storage.models import StoreUnavailable
+from storage.errors import BackendUnavailable
 
 if TYPE_CHECKING:
     from gateway.ports import Services, Session
@@ -69,7 +69,7 @@ async def dispatch(node: Services, conn: Session, frame: object) -> None:
         await handler(node, conn, frame)
     except RequestError as e:
         conn.error(rid, e.code, e.text)
-    except StoreUnavailable as e:
+    except BackendUnavailable as e:
         node.metrics.storage_errors.labels(op=type(frame).__name__.lower()).inc()
         op = type(frame).__name__
         if (held := node.log_throttle.allow(op)) is not None:

@@ -16,7 +16,8 @@ from protocol.frames import (
     OpenP2P,
 )
 from protocol.ops import ConvKind, ErrorCode
-from storage.models import Conversation, GroupFull
+from storage.errors import GroupFull
+from storage.models import Conversation
 
 if TYPE_CHECKING:
     from gateway.ports import Services, Session

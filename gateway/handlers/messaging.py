@@ -25,14 +25,13 @@ from protocol.frames import (
     SendAck,
 )
 from protocol.ops import CAP_CONTENT_DENIED, CAP_OUTCOME_UNKNOWN, ErrorCode, is_client_msg_type
+from storage.errors import BackendUnavailable, StoreOutcomeUnknown
 from storage.models import (
     AppendResult,
     AppendStatus,
     NewMessage,
     RecallStatus,
     StoredMessage,
-    StoreOutcomeUnknown,
-    StoreUnavailable,
 )
 
 if TYPE_CHECKING:
@@ -141,7 +140,7 @@ def _committed(
             conn.error(f.rid, code, _OUTCOME_UNKNOWN)
             return
         node.metrics.sends.labels(result="unavailable").inc()
-        if not isinstance(exc, StoreUnavailable):
+        if not isinstance(exc, BackendUnavailable):
             node.log.error("send commit failed", error=repr(exc))
         conn.error(f.rid, ErrorCode.UNAVAILABLE, "store unavailable; retry with the same id")
         return
@@ -176,7 +175,7 @@ async def _refuse_non_member(node: Services, conn: Session, f: Send) -> None:
     """not_member, or no_such_conversation when the conversation does not exist."""
     try:
         error = await membership_error(node, f.conv_id)
-    except StoreUnavailable:
+    except BackendUnavailable:
         error = RequestError(ErrorCode.NOT_MEMBER, f"not a member of conversation {f.conv_id}")
     conn.error(f.rid, error.code, error.text)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from protocol.frames import Login, LoginOk, Logout, Ping, Pong
 from protocol.ops import KNOWN_CAPS, PROTOCOL_VERSION, ErrorCode
 from protocol.token import DEVICE_RE, TokenError, verify_token
-from storage.models import Revoked, StoreUnavailable
+from storage.errors import BackendUnavailable, Revoked
 
 if TYPE_CHECKING:
     from gateway.ports import Services, Session
@@ -57,7 +57,7 @@ async def login(node: Services, conn: Session, f: Login) -> None:
         node.log.info("login refused", uid=f.uid, device=f.device, reason="revoked")
         conn.fail(ErrorCode.AUTH_FAILED, "token revoked", f.rid)
         return
-    except StoreUnavailable as e:
+    except BackendUnavailable as e:
         if (held := node.log_throttle.allow("login")) is not None:
             node.log.warning(
                 "login failed: route store unavailable", error=str(e), similar_held_back=held

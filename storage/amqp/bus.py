@@ -43,7 +43,6 @@ import asyncio
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import aio_pika
@@ -57,7 +56,7 @@ from aio_pika.abc import (
 )
 from yarl import URL
 
-from storage.models import StoreUnavailable
+from storage.errors import BusUnavailable
 from storage.ports import BusHandler, Delivery, ResumeHandler
 
 log = structlog.get_logger("imgw.bus")
@@ -166,7 +165,7 @@ class AmqpBus:
                 await self._declare(conn, node)
         except Exception as e:
             await conn.close()
-            raise StoreUnavailable(
+            raise BusUnavailable(
                 f"amqp: cannot start the bus on {self._shown_url}: {type(e).__name__}: {e} "
                 "(is RabbitMQ running and the URL right? start it with "
                 "`rabbitmq-server -detached` or `systemctl start rabbitmq-server`)"
@@ -254,14 +253,14 @@ class AmqpBus:
         self.unroutable += 1  # the returned message: no queue is bound for `node`
         return Delivery.UNROUTABLE
 
-    def _link_closed(self, _conn: Any, exc: BaseException | None = None) -> None:
+    def _link_closed(self, _conn: object, exc: BaseException | None = None) -> None:
         if self._closing or self._down:
             return
         self._down = True
         self.outages += 1
         log.warning("bus link lost", url=self._shown_url, error=repr(exc))
 
-    def _link_restored(self, _conn: Any) -> None:
+    def _link_restored(self, _conn: object) -> None:
         if self._closing:
             return
         self._down = False

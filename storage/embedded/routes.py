@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 
-from storage.models import Revoked, Route
+from storage.errors import Revoked
+from storage.models import Route
 
 ROUTE_TTL_S = 90.0
 

@@ -16,16 +16,16 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeVar
+from typing import Any, Final, ParamSpec, TypeVar
 
 import msgpack
 
-from protocol.ops import ConvKind, MsgType, is_client_msg_type
+from protocol.ops import ConvKind, MsgType
 from storage.embedded.schema import connect, migrate
+from storage.errors import StoreUnavailable
 from storage.membership import plan_change
 from storage.models import (
     AppendResult,
-    AppendStatus,
     Conversation,
     Membership,
     MembershipChange,
@@ -34,16 +34,28 @@ from storage.models import (
     RecallStatus,
     SentRecord,
     StoredMessage,
-    StoreUnavailable,
     SyncPage,
     SyncRow,
+    SystemEvent,
+)
+from storage.rules import (
+    UNREAD_TYPES_SQL,
+    RecallTarget,
+    SendKey,
+    append_results,
+    plan_append,
+    recall_content,
+    recall_refusal,
 )
 from storage.snowflake import Snowflake
 
 T = TypeVar("T")
+P = ParamSpec("P")
+# One result row. Any: its values are what SQLite holds in the columns the query selected
+# (int, str, bytes, None); each reader converts them itself.
+Row = Sequence[Any]
 
 _MSG_COLS = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
-_UNREAD_TYPES = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
 
 
 _I64_MAX = (1 << 63) - 1
@@ -62,7 +74,7 @@ def _u(value: int) -> int:
     return value + (1 << 64) if value < 0 else value
 
 
-def _msg(row: Sequence[Any]) -> StoredMessage:
+def _msg(row: Row) -> StoredMessage:
     return StoredMessage(row[0], row[1], row[2], _u(row[3]), row[4], bytes(row[5]), row[6], row[7])
 
 
@@ -171,20 +183,22 @@ class EmbeddedStore:
         """None: one process holds the embedded store, so its fan-out dies with it."""
         return None
 
-    async def _w(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._run(self._writer, fn, *args)
+    async def _w(self, fn: Callable[[], T]) -> T:
+        return await self._run(self._writer, fn)
 
-    async def _r(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._run(self._reader, fn, *args)
+    async def _r(self, fn: Callable[[], T]) -> T:
+        return await self._run(self._reader, fn)
 
     async def _wtx(self, body: Callable[[sqlite3.Connection], T]) -> T:
         return await self._run(self._writer, self._tx, body)
 
     @staticmethod
-    async def _run(pool: ThreadPoolExecutor, fn: Callable[..., T], *args: Any) -> T:
+    async def _run(
+        pool: ThreadPoolExecutor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(pool, functools.partial(fn, *args))
+            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
         except sqlite3.Error as e:
             raise StoreUnavailable(f"sqlite: {e}") from e
 
@@ -289,7 +303,7 @@ class EmbeddedStore:
         )
 
     def _system(
-        self, conn: sqlite3.Connection, conv_id: int, event: dict[str, Any], now: int
+        self, conn: sqlite3.Connection, conv_id: int, event: SystemEvent, now: int
     ) -> StoredMessage:
         content = msgpack.packb(event, use_bin_type=True)
         msg = self._new(conn, conv_id, 0, MsgType.SYSTEM, content, "", now)
@@ -410,7 +424,7 @@ class EmbeddedStore:
                 (ConvKind.GROUP, title, _s(owner), now),
             )
             conv_id = int(cur.lastrowid or 0)
-            event = {"event": "created", "by": owner, "uids": members, "title": title}
+            event: SystemEvent = {"event": "created", "by": owner, "uids": members, "title": title}
             msg = self._system(conn, conv_id, event, now)
             conn.executemany(
                 "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, updated_ms)"
@@ -484,32 +498,21 @@ class EmbeddedStore:
         def body(conn: sqlite3.Connection) -> list[AppendResult]:
             now = self._clock()
             members = self._current_members(conn, {m.conv_id for m in batch})
-            results: list[AppendResult] = []
-            in_batch: dict[tuple[int, str], StoredMessage] = {}
-            new: list[StoredMessage] = []
+            sent: dict[SendKey, StoredMessage] = {}
             for m in batch:
                 key = (m.sender_uid, m.client_msg_id)
-                prior = in_batch.get(key) or self._find_sent(conn, *key)
-                if prior is not None:
-                    results.append(
-                        AppendResult(AppendStatus.DUPLICATE, prior)
-                        if prior.same_send(m.conv_id, m.msg_type, m.content)
-                        else AppendResult(AppendStatus.CONFLICT)
-                    )
-                    continue
-                uids = members.get(m.conv_id, ())
-                if m.sender_uid not in uids:
-                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
-                    continue
-                msg = self._new(
+                if key not in sent and (found := self._find_sent(conn, *key)) is not None:
+                    sent[key] = found
+            plan = plan_append(batch, sent, members)
+            stored: dict[int, StoredMessage] = {}
+            for i in plan.store:
+                m = batch[i]
+                stored[i] = self._new(
                     conn, m.conv_id, m.sender_uid, m.msg_type, m.content, m.client_msg_id, now
                 )
-                new.append(msg)
-                in_batch[key] = msg
-                results.append(AppendResult(AppendStatus.STORED, msg, uids))
-            if new:
-                self._write(conn, new, now)
-            return results
+            if stored:
+                self._write(conn, list(stored.values()), now)
+            return append_results(batch, plan, sent, stored, members)
 
         return await self._wtx(body)
 
@@ -554,7 +557,7 @@ class EmbeddedStore:
         lo = min(max(after_seq + 1, min_seq), _I64_MAX)  # client seqs may be any u64
         hi = max_seq if max_seq is not None else _I64_MAX
 
-        def q() -> list[Any]:
+        def q() -> list[Row]:
             assert self._rconn is not None
             return self._rconn.execute(
                 f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
@@ -572,7 +575,7 @@ class EmbeddedStore:
         if max_seq is not None:
             hi = min(hi, max_seq)
 
-        def q() -> list[Any]:
+        def q() -> list[Row]:
             assert self._rconn is not None
             return self._rconn.execute(
                 f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
@@ -593,17 +596,16 @@ class EmbeddedStore:
                 "WHERE conv_id=? AND seq=?",
                 (conv_id, min(seq, _I64_MAX)),
             ).fetchone()
-            if row is None or seq < min_seq:
-                return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
-            sender, msg_type, send_ms, recall_seq = row
-            if _u(sender) != by:
-                return RecallResult(RecallStatus.DENIED)
-            if recall_seq:
-                return RecallResult(RecallStatus.ALREADY, recall_seq)
-            if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
-                return RecallResult(RecallStatus.DENIED)
-            content = msgpack.packb([seq])
-            msg = self._new(conn, conv_id, by, MsgType.RECALL, content, "", now)
+            target = None
+            if row is not None:
+                sender, msg_type, send_ms, recall_seq = row
+                target = RecallTarget(_u(sender), msg_type, send_ms, recall_seq or 0)
+            refusal = recall_refusal(
+                target, seq, by, now_ms=now, window_ms=window_ms, min_seq=min_seq
+            )
+            if refusal is not None:
+                return refusal
+            msg = self._new(conn, conv_id, by, MsgType.RECALL, recall_content(seq), "", now)
             self._write(conn, [msg], now)
             conn.execute(
                 "UPDATE im_message SET msg_type=?, content=x'', recall_seq=? "
@@ -664,7 +666,7 @@ class EmbeddedStore:
         SELECT conv_id, kind, max_seq, read_seq, delivered_seq, last_active, is_member,
           (SELECT COUNT(*) FROM im_message x WHERE x.conv_id = r.conv_id
              AND x.seq > r.read_seq AND x.seq <= r.max_seq AND x.sender_uid <> ?
-             AND {_UNREAD_TYPES}) AS unread
+             AND {UNREAD_TYPES_SQL}) AS unread
         FROM (
           SELECT m.conv_id AS conv_id, c.kind AS kind,
             COALESCE(m.left_seq, s.max_seq) AS max_seq, m.read_seq AS read_seq,
@@ -687,7 +689,7 @@ class EmbeddedStore:
         su = _s(uid)
         params = (su, device, su, changed_since_ms, a_active, a_active, a_conv, limit + 1)
 
-        def q() -> list[Any]:
+        def q() -> list[Row]:
             assert self._rconn is not None
             return self._rconn.execute(sql, params).fetchall()
 

@@ -20,17 +20,15 @@ one DELETE per node per second for the delivered rows, one lease UPSERT per seco
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgpack
 
 from storage.models import OutboxRow, StoredMessage
 
 if TYPE_CHECKING:
-    from storage.mysql.store import MySQLStore
-
-Cursor = Any
+    from storage.mysql.transactions import Cursor, Row, Transactions
 
 
 def entries_of(msgs: Sequence[StoredMessage]) -> list[list[int]]:
@@ -61,8 +59,9 @@ def _entries(blob: bytes) -> tuple[tuple[int, int, int], ...]:
 
 
 class MySQLOutbox:
-    def __init__(self, store: MySQLStore) -> None:
-        self._store = store
+    def __init__(self, db: Transactions, clock: Callable[[], int]) -> None:
+        self._db = db
+        self._clock = clock
         self.node = ""  # set: every append records its fan-out for this node
 
     def record_for(self, node: str) -> None:
@@ -76,20 +75,20 @@ class MySQLOutbox:
         async def q(cur: Cursor) -> None:
             await cur.execute(f"DELETE FROM im_outbox WHERE id IN ({listed})")
 
-        await self._store._run(q, tx=False)
+        await self._db.run(q, tx=False)
 
     async def keep_lease(self, node: str, ttl_ms: int) -> None:
         async def q(cur: Cursor) -> None:
             await cur.execute(
                 "INSERT INTO im_node_lease (node, expires_ms, claimed_by) VALUES (%s, %s, '') "
                 "ON DUPLICATE KEY UPDATE expires_ms=VALUES(expires_ms), claimed_by=''",
-                (node, self._store.now_ms() + ttl_ms),
+                (node, self._clock() + ttl_ms),
             )
 
-        await self._store._run(q, tx=False)
+        await self._db.run(q, tx=False)
 
     async def claim_lapsed(self, me: str, ttl_ms: int) -> list[str]:
-        now = self._store.now_ms()
+        now = self._clock()
 
         async def q(cur: Cursor) -> list[str]:
             await cur.execute(
@@ -107,17 +106,17 @@ class MySQLOutbox:
                     claimed.append(str(node))
             return claimed
 
-        return await self._store._run(q, tx=False)
+        return await self._db.run(q, tx=False)
 
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:
-        async def q(cur: Cursor) -> list[Any]:
+        async def q(cur: Cursor) -> list[Row]:
             await cur.execute(
                 "SELECT id, entries FROM im_outbox WHERE node=%s ORDER BY id LIMIT %s",
                 (node, limit),
             )
             return list(await cur.fetchall())
 
-        rows = await self._store._run(q, tx=False)
+        rows = await self._db.run(q, tx=False)
         return [OutboxRow(int(i), node, _entries(e)) for i, e in rows]
 
     async def release(self, node: str, me: str) -> bool:
@@ -130,4 +129,4 @@ class MySQLOutbox:
                 )
             )
 
-        return bool(await self._store._run(q, tx=False))
+        return bool(await self._db.run(q, tx=False))

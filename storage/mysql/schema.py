@@ -7,10 +7,17 @@ change afterwards without moving data: a later migrate with another `--shards` r
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+import asyncmy
+from asyncmy import errors as db_errors
+
+from storage.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from storage.mysql.settings import MySQLSettings
 
 SCHEMA_VERSION: Final = 3  # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease
-DEFAULT_SHARDS: Final = 16
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -120,3 +127,55 @@ def message_table(shard: int) -> str:
 
 def ddl(shards: int) -> list[str]:
     return [*_TABLES, *(_MESSAGE_TABLE.format(name=message_table(i)) for i in range(shards))]
+
+
+async def migrate(settings: MySQLSettings) -> list[str]:
+    """Create the database and tables if missing; record the schema version and shard
+    count. Idempotent. Returns what it did, for the command's output."""
+    done: list[str] = []
+    try:
+        conn = await asyncmy.connect(
+            host=settings.host, port=settings.port, user=settings.user,
+            password=settings.password, connect_timeout=settings.timeout_s, autocommit=True,
+            charset="utf8mb4",
+        )  # fmt: skip
+    except (db_errors.OperationalError, OSError) as e:
+        raise StoreUnavailable(f"cannot connect to MySQL at {settings.host}: {e}") from e
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" warnings
+            await cur.execute(
+                f"CREATE DATABASE IF NOT EXISTS `{settings.database}` DEFAULT CHARACTER SET utf8mb4"
+            )
+            await cur.execute(f"USE `{settings.database}`")
+            await cur.execute("SHOW TABLES LIKE 'im\\_meta'")
+            if await cur.fetchone():
+                await cur.execute("SELECT name, value FROM im_meta")
+                meta = {k: v for k, v in await cur.fetchall()}
+                if "shards" in meta and int(meta["shards"]) != settings.shards:
+                    raise ValueError(
+                        f"database {settings.database} has {meta['shards']} message shards; "
+                        f"refusing to migrate with shards={settings.shards}"
+                    )
+                if int(meta.get("schema_version", 0)) > SCHEMA_VERSION:
+                    raise ValueError("the database schema is newer than this imgw: upgrade imgw")
+            for stmt in ddl(settings.shards):
+                await cur.execute(stmt)
+            done.append(f"tables present ({settings.shards} message shards)")
+            for table, column, definition in UPGRADES:
+                await cur.execute(
+                    "SELECT 1 FROM information_schema.columns WHERE table_schema=%s "
+                    "AND table_name=%s AND column_name=%s",
+                    (settings.database, table, column),
+                )
+                if await cur.fetchone() is None:
+                    await cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+                    done.append(f"added {table}.{column}")
+            await cur.execute(
+                "INSERT INTO im_meta (name, value) VALUES ('schema_version', %s), "
+                "('shards', %s) ON DUPLICATE KEY UPDATE value=VALUES(value)",
+                (str(SCHEMA_VERSION), str(settings.shards)),
+            )
+    finally:
+        conn.close()
+    return done

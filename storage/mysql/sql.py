@@ -9,14 +9,19 @@ one round trip (the driver enables multi-statements on every connection).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Final
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from storage.models import StoredMessage
+from storage.rules import UNREAD_TYPES_SQL
 
 MSG_COLS: Final = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
 
 Value = int | bytes | None
+# One result row. Any: its values are whatever the driver made of the columns the query
+# selected (int, str, bytes, None); each reader converts them itself.
+Row = Sequence[Any]
 
 # Bytes of SQL per query: well under max_allowed_packet (16 MiB by default in MariaDB,
 # 4 MiB in older MySQL), so a batch of large messages never fails on the packet limit.
@@ -120,6 +125,23 @@ def insert_messages(
     return out
 
 
+def insert_sharded(msgs: Sequence[StoredMessage], table_of: Callable[[int], str]) -> list[str]:
+    """`insert_messages` of each message table (shard) `msgs` go to."""
+    by_shard: dict[str, list[StoredMessage]] = defaultdict(list)
+    for m in msgs:
+        by_shard[table_of(m.conv_id)].append(m)
+    return [st for table, rows in by_shard.items() for st in insert_messages(table, rows)]
+
+
+def message_of(row: Row) -> StoredMessage:
+    """The message of a row of MSG_COLS."""
+    cmid = row[7]
+    return StoredMessage(
+        int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), bytes(row[5]),
+        int(row[6]), cmid.decode() if cmid is not None else "",
+    )  # fmt: skip
+
+
 def queries(statements: Sequence[str], budget: int = MAX_QUERY_BYTES) -> list[str]:
     """Statements joined into multi-statement queries of at most about `budget` bytes
     (one statement larger than that goes alone)."""
@@ -148,7 +170,7 @@ def insert_sent(msgs: Sequence[StoredMessage], now: int) -> str:
     )
 
 
-UNREAD_TYPES: Final = "(msg_type BETWEEN 1 AND 4 OR msg_type BETWEEN 100 AND 127)"
+UNREAD_TYPES: Final = UNREAD_TYPES_SQL  # storage/rules.py, from protocol.ops
 
 
 def unread_counts(table: str, uid: int, ranges: Sequence[tuple[int, int, int]]) -> str:

@@ -1,41 +1,35 @@
 """The MySQL/MariaDB ChatStore: the authority.
 
 On its own it is a complete store (what runs when Redis is down); the production store
-puts the Redis accelerator in front of it.
+puts the Redis accelerator in front of it. Its parts, in storage/mysql/:
 
-Seqs are allocated inside the committing transaction, under the row lock of the
-conversation's `im_conv_seq` row (`SELECT … FOR UPDATE`, then `max_seq` written back
-before the commit). The lock is held until
-commit, so within a conversation seqs follow commit order exactly, and a rolled-back
-transaction gives its seqs back: no seq is issued twice and a reader that has seen seq
-n never later finds a committed seq below n it did not see. (DESIGN.md's Redis-leased
-blocks cannot give that across workers: two workers holding seqs 5 and 6 may commit 6
-first; see docs/decisions.md.)
+- settings.py: `MySQLSettings`, from a `mysql://` URL;
+- schema.py: the tables, and `migrate` (`imgw db migrate`);
+- transactions.py: the pool and the transaction runner (retries, `StoreUnavailable`,
+  the COMMIT watch and fence);
+- append.py: the group commit of a send batch (seqs under the seq row lock; see there);
+- sync.py: SYNC pages, coalesced per event-loop iteration;
+- sql.py: SQL text built from literals; outbox.py: the transactional outbox.
 
-Every transaction retries on deadlock, lock wait timeout and duplicate key (a
-concurrent duplicate send), and maps connection trouble to `StoreUnavailable`.
+Seqs within a conversation follow commit order exactly (DESIGN.md's Redis-leased blocks
+cannot give that across workers: two workers holding seqs 5 and 6 may commit 6 first;
+see docs/decisions.md).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, Final, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
+from collections.abc import Callable, Sequence
+from typing import Final
 
-import asyncmy
 import msgpack
 from asyncmy import errors as db_errors
 
-from protocol.ops import ConvKind, MsgType, is_client_msg_type
+from protocol.ops import ConvKind, MsgType
+from storage.errors import StoreUnavailable
 from storage.membership import plan_change
 from storage.models import (
     AppendResult,
-    AppendStatus,
     Conversation,
     Membership,
     MembershipChange,
@@ -44,205 +38,24 @@ from storage.models import (
     RecallStatus,
     SentRecord,
     StoredMessage,
-    StoreOutcomeUnknown,
-    StoreUnavailable,
     SyncPage,
-    SyncRow,
+    SystemEvent,
 )
 from storage.mysql import sql
+from storage.mysql.append import GroupCommit, find_sent_in
 from storage.mysql.outbox import MySQLOutbox
-from storage.mysql.outbox import insert_row as outbox_sql
-from storage.mysql.schema import DEFAULT_SHARDS, SCHEMA_VERSION, UPGRADES, ddl, message_table
+from storage.mysql.schema import SCHEMA_VERSION, message_table
+from storage.mysql.settings import MySQLSettings
+from storage.mysql.sync import SyncBatcher
+from storage.mysql.transactions import Cursor, Row, Transactions, rowcount
+from storage.rules import RecallTarget, recall_content, recall_refusal
 from storage.snowflake import Snowflake
 
-T = TypeVar("T")
-Cursor = Any  # asyncmy.cursors.Cursor
-
-_RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
-_MAX_ATTEMPTS: Final = 4
-_UNKNOWN_THREAD: Final = 1094  # KILL of a connection id the server no longer has
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
-_MSG_COLS: Final = sql.MSG_COLS
-
-
-@dataclass(slots=True)
-class _CommitWatch:
-    """Where the last attempt's COMMIT stands. `unanswered`: it was sent and no answer
-    came back (a timeout, a dropped connection), so it may still land."""
-
-    thread_id: int = 0  # the server thread (connection id) it was sent on
-    unanswered: bool = False
 
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-async def _next_rows(cur: Cursor) -> Sequence[Any]:
-    """The rows of the next statement of a multi-statement query."""
-    if not await cur.nextset():
-        raise StoreUnavailable("MySQL answered fewer result sets than statements sent")
-    return await cur.fetchall()  # type: ignore[no-any-return]
-
-
-SYNC_BATCH_MAX: Final = 64  # SYNCs per multi-statement query
-_SYNC_SQL: Final = """SELECT m.conv_id AS cid, c.kind, COALESCE(m.left_seq, s.max_seq) AS max_seq,
-  m.read_seq, COALESCE(d.seq, 0), COALESCE(m.left_ms, s.last_active_ms) AS last_active,
-  (m.left_seq IS NULL),
-  GREATEST(COALESCE(m.left_ms, s.last_active_ms), m.updated_ms,
-           COALESCE(d.updated_ms, 0)) AS changed
-FROM im_conv_member m
-JOIN im_conversation c ON c.conv_id = m.conv_id
-JOIN im_conv_seq s ON s.conv_id = m.conv_id
-LEFT JOIN im_delivered d ON d.uid = m.uid AND d.device = %s AND d.conv_id = m.conv_id
-WHERE m.uid = %s
-HAVING changed >= %s AND (last_active < %s OR (last_active = %s AND cid < %s))
-ORDER BY last_active DESC, cid DESC
-LIMIT %s"""
-
-# A first SYNC (since 0) filters nothing by change time, so the page is chosen from the
-# member and seq rows alone; the conversation and delivered rows are joined for the
-# page's rows only (a user in 40,000 conversations: 3 lookups per row fewer, 1 in 3).
-_SYNC_FIRST_SQL: Final = """SELECT p.cid, c.kind, p.max_seq, p.read_seq, COALESCE(d.seq, 0),
-  p.last_active, p.is_member, p.last_active
-FROM (
-  SELECT m.conv_id AS cid, COALESCE(m.left_seq, s.max_seq) AS max_seq, m.read_seq,
-    COALESCE(m.left_ms, s.last_active_ms) AS last_active, (m.left_seq IS NULL) AS is_member
-  FROM im_conv_member m JOIN im_conv_seq s ON s.conv_id = m.conv_id
-  WHERE m.uid = %s
-  HAVING last_active < %s OR (last_active = %s AND cid < %s)
-  ORDER BY last_active DESC, cid DESC
-  LIMIT %s
-) p
-JOIN im_conversation c ON c.conv_id = p.cid
-LEFT JOIN im_delivered d ON d.uid = %s AND d.device = %s AND d.conv_id = p.cid
-ORDER BY p.last_active DESC, p.cid DESC"""
-
-
-@dataclass(slots=True)
-class _SyncAsk:
-    uid: int
-    device: str
-    since_ms: int
-    after: tuple[int, int] | None
-    limit: int
-    fut: asyncio.Future[SyncPage]
-
-    def query(self) -> tuple[str, tuple[Any, ...]]:
-        a_active, a_conv = self.after if self.after is not None else ((1 << 62), 0)
-        if self.since_ms <= 0:
-            return _SYNC_FIRST_SQL, (
-                self.uid, a_active, a_active, a_conv, self.limit + 1, self.uid, self.device,
-            )  # fmt: skip
-        return _SYNC_SQL, (
-            self.device, self.uid, self.since_ms, a_active, a_active, a_conv, self.limit + 1,
-        )  # fmt: skip
-
-
-def _sync_row(r: Sequence[Any], unread: dict[int, int]) -> SyncRow:
-    return SyncRow(
-        int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), unread.get(int(r[0]), 0),
-        int(r[5]), bool(r[6]),
-    )  # fmt: skip
-
-
-def _msg(row: Sequence[Any]) -> StoredMessage:
-    cmid = row[7]
-    return StoredMessage(
-        int(row[0]), int(row[1]), int(row[2]), int(row[3]), int(row[4]), bytes(row[5]),
-        int(row[6]), cmid.decode() if cmid is not None else "",
-    )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class MySQLSettings:
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "root"
-    password: str = ""
-    database: str = "imgw"
-    shards: int = DEFAULT_SHARDS
-    pool: int = 10
-    timeout_s: float = 5.0  # per operation, then StoreUnavailable
-
-    @classmethod
-    def from_url(cls, url: str) -> MySQLSettings:
-        """`mysql://user:password@host:port/database?shards=16&pool=10&timeout=5`."""
-        parts = urlsplit(url)
-        if parts.scheme != "mysql":
-            raise ValueError(f"not a mysql:// URL: {url!r}")
-        opts = dict(parse_qsl(parts.query))
-        database = parts.path.lstrip("/") or "imgw"
-        try:
-            settings = cls(
-                host=parts.hostname or "127.0.0.1",
-                port=parts.port or 3306,
-                user=unquote(parts.username or "root"),
-                password=unquote(parts.password or ""),
-                database=database,
-                shards=int(opts.pop("shards", DEFAULT_SHARDS)),
-                pool=int(opts.pop("pool", 10)),
-                timeout_s=float(opts.pop("timeout", 5.0)),
-            )
-        except ValueError as e:
-            raise ValueError(f"bad option in {url!r}: {e}") from e
-        if opts:
-            raise ValueError(f"unknown mysql options {sorted(opts)} in {url!r}")
-        if not 1 <= settings.shards <= 1024:
-            raise ValueError("shards must be 1..1024")
-        return settings
-
-
-async def migrate(settings: MySQLSettings) -> list[str]:
-    """Create the database and tables if missing; record the schema version and shard
-    count. Idempotent. Returns what it did, for the command's output."""
-    done: list[str] = []
-    try:
-        conn = await asyncmy.connect(
-            host=settings.host, port=settings.port, user=settings.user,
-            password=settings.password, connect_timeout=settings.timeout_s, autocommit=True,
-            charset="utf8mb4",
-        )  # fmt: skip
-    except (db_errors.OperationalError, OSError) as e:
-        raise StoreUnavailable(f"cannot connect to MySQL at {settings.host}: {e}") from e
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" warnings
-            await cur.execute(
-                f"CREATE DATABASE IF NOT EXISTS `{settings.database}` DEFAULT CHARACTER SET utf8mb4"
-            )
-            await cur.execute(f"USE `{settings.database}`")
-            await cur.execute("SHOW TABLES LIKE 'im\\_meta'")
-            if await cur.fetchone():
-                await cur.execute("SELECT name, value FROM im_meta")
-                meta = {k: v for k, v in await cur.fetchall()}
-                if "shards" in meta and int(meta["shards"]) != settings.shards:
-                    raise ValueError(
-                        f"database {settings.database} has {meta['shards']} message shards; "
-                        f"refusing to migrate with shards={settings.shards}"
-                    )
-                if int(meta.get("schema_version", 0)) > SCHEMA_VERSION:
-                    raise ValueError("the database schema is newer than this imgw: upgrade imgw")
-            for stmt in ddl(settings.shards):
-                await cur.execute(stmt)
-            done.append(f"tables present ({settings.shards} message shards)")
-            for table, column, definition in UPGRADES:
-                await cur.execute(
-                    "SELECT 1 FROM information_schema.columns WHERE table_schema=%s "
-                    "AND table_name=%s AND column_name=%s",
-                    (settings.database, table, column),
-                )
-                if await cur.fetchone() is None:
-                    await cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
-                    done.append(f"added {table}.{column}")
-            await cur.execute(
-                "INSERT INTO im_meta (name, value) VALUES ('schema_version', %s), "
-                "('shards', %s) ON DUPLICATE KEY UPDATE value=VALUES(value)",
-                (str(SCHEMA_VERSION), str(settings.shards)),
-            )
-    finally:
-        conn.close()
-    return done
 
 
 class MySQLStore:
@@ -256,36 +69,19 @@ class MySQLStore:
         self.settings = settings
         self._clock = clock
         self._ids = ids or Snowflake(0)
-        self._pool: Any = None  # asyncmy.pool.Pool
+        self._db = Transactions(settings)
+        self._run = self._db.run
         self._shards = settings.shards
         self._durability: dict[str, str] = {}
-        self._syncs: list[_SyncAsk] = []  # asked in this loop iteration
-        self._sync_tasks: set[asyncio.Task[None]] = set()
-        self._outbox = MySQLOutbox(self)
+        self._outbox = MySQLOutbox(self._db, clock)
+        self._syncs = SyncBatcher(self._db, self.shard_of)
+        self._appends = GroupCommit(self._db, self.shard_of, self._ids, clock, self._outbox)
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         s = self.settings
-        try:
-            self._pool = await asyncio.wait_for(
-                asyncmy.create_pool(
-                    host=s.host, port=s.port, user=s.user, password=s.password,
-                    database=s.database,
-                    minsize=1, maxsize=s.pool, autocommit=True, charset="utf8mb4",
-                    connect_timeout=s.timeout_s, pool_recycle=3600,
-                ),
-                timeout=s.timeout_s * 2,
-            )  # fmt: skip
-        except (db_errors.Error, OSError, TimeoutError) as e:
-            hint = (
-                "create it with `imgw db migrate --store mysql://...`"
-                if "1049" in str(e)
-                else "is the server up and the URL right?"
-            )
-            raise StoreUnavailable(
-                f"cannot open MySQL {s.user}@{s.host}:{s.port}/{s.database}: {e}; {hint}"
-            ) from e
+        await self._db.open()
 
         async def inspect(cur: Cursor) -> None:
             await cur.execute("SELECT value FROM im_meta WHERE name='shards'")
@@ -316,9 +112,7 @@ class MySQLStore:
             ) from e
 
     async def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            await self._pool.wait_closed()
+        await self._db.close()
 
     def now_ms(self) -> int:
         return self._clock()
@@ -336,7 +130,7 @@ class MySQLStore:
                 "DELETE FROM im_send_dedup WHERE created_ms < %s LIMIT %s",
                 (self._clock() - keep_ms, limit),
             )
-            return int(cur.rowcount)
+            return rowcount(cur)
 
         return await self._run(body)
 
@@ -349,130 +143,7 @@ class MySQLStore:
     def shard_of(self, conv_id: int) -> str:
         return message_table(conv_id % self._shards)
 
-    # -- transactions ------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _conn(self) -> Any:
-        pool = self._pool
-        if pool is None:
-            raise StoreUnavailable("MySQL store not started")
-        try:
-            conn = await asyncio.wait_for(pool.acquire(), self.settings.timeout_s)
-        except (db_errors.Error, OSError, TimeoutError) as e:
-            raise StoreUnavailable(f"MySQL unavailable: {e!r}") from e
-        healthy = False
-        try:
-            yield conn
-            healthy = True
-        finally:
-            if not healthy:
-                conn.close()  # unknown state (cancelled, broken): never reuse it
-            pool.release(conn)
-
-    async def _run(
-        self,
-        body: Callable[[Cursor], Awaitable[T]],
-        *,
-        tx: bool = True,
-        own_tx: bool = False,
-        watch: _CommitWatch | None = None,
-    ) -> T:
-        """Run `body` in one transaction (or, `tx=False`, as autocommit reads: one round
-        trip each, no COMMIT), retrying transient conflicts; bounded by the timeout.
-        `own_tx`: the body sends BEGIN itself, inside its first multi-statement round
-        trip; COMMIT is always a round trip of its own, so a body given up on (its
-        timeout) can never commit later: a COMMIT queued behind a statement waiting on a
-        lock would still run after the client closed the connection. `watch` records
-        whether a COMMIT went unanswered (see `_CommitWatch`)."""
-        for attempt in range(_MAX_ATTEMPTS):
-            if watch is not None:
-                watch.unanswered = False
-            try:
-                async with self._conn() as conn, conn.cursor() as cur:
-                    try:
-                        async with asyncio.timeout(self.settings.timeout_s):
-                            if not tx:
-                                return await body(cur)
-                            if not own_tx:  # else the body's queries begin it
-                                await conn.begin()
-                            result = await body(cur)
-                            await self._commit(conn, watch)
-                            return result
-                    except BaseException:
-                        if tx and conn.connected:
-                            try:
-                                async with asyncio.timeout(1.0):
-                                    await conn.rollback()
-                            except Exception:
-                                conn.close()
-                        raise
-            except db_errors.MySQLError as e:
-                errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
-                if errno in _RETRY_ERRNOS and attempt + 1 < _MAX_ATTEMPTS:
-                    await asyncio.sleep(0.002 * (attempt + 1))
-                    continue
-                if isinstance(e, db_errors.OperationalError | db_errors.InterfaceError):
-                    await self._forget_idle_connections()
-                    raise StoreUnavailable(f"MySQL: {e}") from e
-                if errno in _RETRY_ERRNOS:
-                    raise StoreUnavailable(f"MySQL kept conflicting: {e}") from e
-                if watch is not None and watch.unanswered:
-                    raise StoreUnavailable(f"MySQL: COMMIT failed: {e!r}") from e
-                raise
-            except (TimeoutError, OSError, ConnectionError) as e:
-                await self._forget_idle_connections()
-                raise StoreUnavailable(f"MySQL: {e!r}") from e
-            except Exception as e:
-                if watch is not None and watch.unanswered:  # whatever broke the link
-                    await self._forget_idle_connections()
-                    raise StoreUnavailable(f"MySQL: COMMIT failed: {e!r}") from e
-                raise
-        raise AssertionError("unreachable")
-
-    @staticmethod
-    async def _commit(conn: Any, watch: _CommitWatch | None) -> None:
-        if watch is None:
-            await conn.commit()
-            return
-        watch.thread_id = conn.thread_id()
-        watch.unanswered = True
-        try:
-            await conn.commit()
-        except db_errors.MySQLError as e:
-            errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
-            if 0 < errno < 2000:  # the server answered with an error: not committed
-                watch.unanswered = False
-            raise
-        watch.unanswered = False
-
-    async def _fence(self, thread_id: int) -> None:
-        """Make sure the server thread whose COMMIT went unanswered is gone, so that the
-        COMMIT can no longer land (a delayed packet reaching a live thread would commit
-        it): KILL it from another connection and wait until the server no longer lists
-        it. Raises StoreUnavailable when that cannot be done within the timeout."""
-
-        async def q(cur: Cursor) -> None:
-            try:
-                await cur.execute(f"KILL CONNECTION {thread_id:d}")
-            except db_errors.MySQLError as e:
-                if not (e.args and e.args[0] == _UNKNOWN_THREAD):
-                    raise
-            while True:
-                await cur.execute(
-                    f"SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = {thread_id:d}"
-                )
-                if not await cur.fetchall():
-                    return
-                await asyncio.sleep(0.02)
-
-        await self._run(q, tx=False)
-
-    async def _forget_idle_connections(self) -> None:
-        """After a connection failure the pooled idle connections are likely dead too
-        (server restarted, network cut): close them so the next operations reconnect
-        instead of failing one by one."""
-        if self._pool is not None:
-            await self._pool.clear()
+    # -- helpers ------------------------------------------------------------------------
 
     async def _next_seq(self, cur: Cursor, conv_id: int, now: int) -> int:
         """One seq for a server-written message, under the seq row lock (held until
@@ -483,19 +154,12 @@ class MySQLStore:
         await cur.execute(sql.set_seqs({conv_id: seq}, now))
         return seq
 
-    def _insert_sql(self, msgs: Sequence[StoredMessage]) -> list[str]:
-        """One multi-row INSERT per shard."""
-        by_shard: dict[str, list[StoredMessage]] = defaultdict(list)
-        for m in msgs:
-            by_shard[self.shard_of(m.conv_id)].append(m)
-        return [st for table, rows in by_shard.items() for st in sql.insert_messages(table, rows)]
-
     async def _insert_messages(self, cur: Cursor, msgs: Sequence[StoredMessage]) -> None:
-        for statement in self._insert_sql(msgs):
+        for statement in sql.insert_sharded(msgs, self.shard_of):
             await cur.execute(statement)
 
     async def _system(
-        self, cur: Cursor, conv_id: int, event: dict[str, Any], now: int, *, new: bool = False
+        self, cur: Cursor, conv_id: int, event: SystemEvent, now: int, *, new: bool = False
     ) -> StoredMessage:
         """A server-written message. `new`: the conversation was created in this
         transaction, so its seq row is inserted as seq 1 without the locking read (which,
@@ -627,7 +291,7 @@ class MySQLStore:
                 (ConvKind.GROUP, title, owner, now),
             )
             conv_id = int(cur.lastrowid)
-            event = {"event": "created", "by": owner, "uids": members, "title": title}
+            event: SystemEvent = {"event": "created", "by": owner, "uids": members, "title": title}
             msg = await self._system(cur, conv_id, event, now, new=True)
             values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(members))
             params: list[int] = []
@@ -667,7 +331,7 @@ class MySQLStore:
             plan = plan_change(active, owner, by, add, remove, max_members=max_members)
             out: list[StoredMessage] = []
             for event, uids in plan.events:
-                change = {"event": event, "by": by, "uids": uids}
+                change: SystemEvent = {"event": event, "by": by, "uids": uids}
                 msg = await self._system(cur, conv_id, change, now)
                 out.append(msg)
                 if event == "added":
@@ -700,154 +364,12 @@ class MySQLStore:
 
     # -- messages ------------------------------------------------------------------------
 
-    async def _find_sent_in(
-        self, cur: Cursor, keys: Sequence[tuple[int, str]]
-    ) -> dict[tuple[int, str], StoredMessage]:
-        if not keys:
-            return {}
-        await cur.execute(sql.find_sent(keys))
-        return await self._load_sent(cur, await cur.fetchall())
-
-    async def _load_sent(
-        self, cur: Cursor, rows: Sequence[Sequence[Any]]
-    ) -> dict[tuple[int, str], StoredMessage]:
-        """The messages of idempotency records (sender, client_msg_id, conv_id, seq):
-        one round trip each, which only resends pay."""
-        found: dict[tuple[int, str], StoredMessage] = {}
-        for sender, cmid, conv_id, seq in rows:
-            await cur.execute(
-                f"SELECT {_MSG_COLS} FROM {self.shard_of(int(conv_id))} "
-                f"WHERE conv_id={int(conv_id)} AND seq={int(seq)}"
-            )
-            row = await cur.fetchone()
-            if row is not None:
-                found[(int(sender), bytes(cmid).decode())] = _msg(row)
-        return found
-
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
-        attempt_ms: list[int] = []  # the commit time of the last attempt
-
-        async def body(cur: Cursor) -> list[AppendResult]:
-            # Three round trips: [BEGIN; idempotency records; lock the seq rows; current
-            # members], [seqs; one INSERT per shard; idempotency records], COMMIT.
-            now = self._clock()
-            attempt_ms[:] = [now]
-            keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
-            convs = {m.conv_id for m in batch}
-            await cur.execute(
-                ";".join(
-                    ("BEGIN", sql.find_sent(keys), sql.lock_seqs(convs), sql.current_members(convs))
-                )
-            )
-            sent_rows = await _next_rows(cur)
-            top = {int(c): int(m) for c, m in await _next_rows(cur)}
-            members: dict[int, list[int]] = defaultdict(list)
-            for c, u in await _next_rows(cur):
-                members[int(c)].append(int(u))
-            prior = await self._load_sent(cur, sent_rows) if sent_rows else {}
-            candidates: list[int] = []  # not sent before (first of in-batch duplicates)
-            seen: dict[tuple[int, str], int] = {}
-            for i, m in enumerate(batch):
-                key = (m.sender_uid, m.client_msg_id)
-                if key not in prior and key not in seen:
-                    seen[key] = i
-                    candidates.append(i)
-            stored: dict[int, StoredMessage] = {}
-            refused: set[int] = set()
-            for i in candidates:
-                m = batch[i]
-                if m.sender_uid not in members.get(m.conv_id, ()):
-                    refused.add(i)
-                    continue
-                top[m.conv_id] += 1
-                stored[i] = StoredMessage(
-                    m.conv_id, top[m.conv_id], self._ids.next_id(now), m.sender_uid,
-                    m.msg_type, m.content, now, m.client_msg_id,
-                )  # fmt: skip
-            outbox_id = 0
-            if stored:
-                msgs = list(stored.values())
-                statements = [
-                    sql.set_seqs({m.conv_id: top[m.conv_id] for m in msgs}, now),
-                    *self._insert_sql(msgs),
-                    sql.insert_sent(msgs, now),
-                ]
-                if node := self._outbox.node:  # the fan-out owed, in the same commit
-                    outbox_id = self._ids.next_id(now)
-                    statements.append(outbox_sql(outbox_id, node, msgs, now))
-                for query in sql.queries(statements):  # one, unless the batch is huge
-                    await cur.execute(query)
-                    while await cur.nextset():  # each statement's result; errors raise
-                        pass
-            results: list[AppendResult] = []
-            for i, m in enumerate(batch):
-                if i in stored:
-                    conv_members = members[m.conv_id]
-                    results.append(
-                        AppendResult(AppendStatus.STORED, stored[i], conv_members, outbox_id)
-                    )
-                    continue
-                if i in refused:
-                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
-                    continue
-                key = (m.sender_uid, m.client_msg_id)
-                original = prior.get(key) or stored.get(seen.get(key, -1))
-                if original is None:
-                    # a duplicate of a message refused in this batch: refused too
-                    results.append(AppendResult(AppendStatus.NOT_MEMBER))
-                elif original.same_send(m.conv_id, m.msg_type, m.content):
-                    results.append(AppendResult(AppendStatus.DUPLICATE, original))
-                else:
-                    results.append(AppendResult(AppendStatus.CONFLICT))
-            return results
-
-        watch = _CommitWatch()
-        try:
-            return await self._run(body, own_tx=True, watch=watch)
-        except StoreUnavailable as failure:
-            # An ERROR must never cover a stored message. A COMMIT sent without an answer
-            # may still land (a packet held up in the network reaches the server later):
-            # fence its server thread first, then ask what landed.
-            try:
-                if watch.unanswered and watch.thread_id:
-                    await self._fence(watch.thread_id)
-                landed = await self._landed(batch, attempt_ms[0] if attempt_ms else -1)
-            except StoreUnavailable as e:
-                if watch.unanswered:
-                    raise StoreOutcomeUnknown(
-                        f"MySQL did not answer a COMMIT and cannot be asked whether it "
-                        f"landed ({failure}; then {e})"
-                    ) from failure
-                raise failure from None  # no COMMIT was sent: nothing can land
-            if landed is None:
-                raise failure from None
-            return landed
-
-    async def _landed(
-        self, batch: Sequence[NewMessage], attempt_ms: int
-    ) -> list[AppendResult] | None:
-        """After a failure, once no COMMIT of it can land any more, ask what did: the
-        results if the commit landed (stored messages answered as DUPLICATE: acked, not
-        pushed — receivers pull them), None if it did not. StoreUnavailable if MySQL
-        cannot be asked."""
-        keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
-        found = await self._run(lambda cur: self._find_sent_in(cur, keys), tx=False)
-        if not any(m.server_ms == attempt_ms for m in found.values()):
-            return None  # nothing carries this attempt's commit time: it did not commit
-        out: list[AppendResult] = []
-        for m in batch:
-            original = found.get((m.sender_uid, m.client_msg_id))
-            if original is None:
-                out.append(AppendResult(AppendStatus.NOT_MEMBER))  # refused in that commit
-            elif original.same_send(m.conv_id, m.msg_type, m.content):
-                out.append(AppendResult(AppendStatus.DUPLICATE, original))
-            else:
-                out.append(AppendResult(AppendStatus.CONFLICT))
-        return out
+        return await self._appends.append(batch)
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         async def q(cur: Cursor) -> StoredMessage | None:
-            found = await self._find_sent_in(cur, [(sender_uid, client_msg_id)])
+            found = await find_sent_in(cur, [(sender_uid, client_msg_id)], self.shard_of)
             return found.get((sender_uid, client_msg_id))
 
         msg = await self._run(q, tx=False)
@@ -859,16 +381,16 @@ class MySQLStore:
         lo = max(after_seq + 1, min_seq)
         hi = max_seq if max_seq is not None else (1 << 64) - 1
 
-        async def q(cur: Cursor) -> list[Any]:
+        async def q(cur: Cursor) -> list[Row]:
             await cur.execute(
-                f"SELECT {_MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+                f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
                 "AND seq BETWEEN %s AND %s ORDER BY seq LIMIT %s",
                 (conv_id, min(lo, (1 << 64) - 1), hi, limit + 1),
             )
             return list(await cur.fetchall())
 
         rows = await self._run(q, tx=False)
-        return [_msg(r) for r in rows[:limit]], len(rows) > limit
+        return [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
 
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
@@ -877,16 +399,16 @@ class MySQLStore:
         if max_seq is not None:
             hi = min(hi, max_seq)
 
-        async def q(cur: Cursor) -> list[Any]:
+        async def q(cur: Cursor) -> list[Row]:
             await cur.execute(
-                f"SELECT {_MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+                f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
                 "AND seq BETWEEN %s AND %s ORDER BY seq DESC LIMIT %s",
                 (conv_id, min_seq, hi, limit + 1),
             )
             return list(await cur.fetchall())
 
         rows = await self._run(q, tx=False)
-        return [_msg(r) for r in reversed(rows[:limit])], len(rows) > limit
+        return [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
 
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
@@ -901,19 +423,16 @@ class MySQLStore:
                 (conv_id, seq),
             )
             row = await cur.fetchone()
-            if row is None or seq < min_seq:
-                return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
-            sender, msg_type, send_ms, recall_seq = (int(x) for x in row)
-            if sender != by:
-                return RecallResult(RecallStatus.DENIED)
-            if recall_seq:
-                return RecallResult(RecallStatus.ALREADY, recall_seq)
-            if not is_client_msg_type(msg_type) or now - send_ms > window_ms:
-                return RecallResult(RecallStatus.DENIED)
+            target = None if row is None else RecallTarget(*(int(x) for x in row))
+            refusal = recall_refusal(
+                target, seq, by, now_ms=now, window_ms=window_ms, min_seq=min_seq
+            )
+            if refusal is not None:
+                return refusal
             first = await self._next_seq(cur, conv_id, now)
             msg = StoredMessage(
                 conv_id, first, self._ids.next_id(now), by, MsgType.RECALL,
-                msgpack.packb([seq]), now, "",
+                recall_content(seq), now, "",
             )  # fmt: skip
             await self._insert_messages(cur, [msg])
             await cur.execute(
@@ -962,7 +481,7 @@ class MySQLStore:
                 "AND uid=%s AND read_seq<%s AND left_seq IS NULL",
                 (target, self._clock(), conv_id, uid, target),
             )
-            return target if cur.rowcount else None
+            return target if rowcount(cur) else None
 
         return await self._run(body)
 
@@ -995,7 +514,7 @@ class MySQLStore:
 
         async def body(cur: Cursor) -> None:
             values = ",".join(["(%s,%s,%s,%s,%s)"] * len(cursors))
-            params: list[Any] = []
+            params: list[int | str] = []
             for conv_id, uid, device, seq, ms in sorted(cursors):
                 params += [uid, device, conv_id, seq, ms]
             await cur.execute(
@@ -1023,7 +542,7 @@ class MySQLStore:
                 (uid, device, conv_id, target, self._clock()),
             )
             # rowcount: 1 inserted, 2 updated, 0 unchanged
-            return target if cur.rowcount else None
+            return target if rowcount(cur) else None
 
         return await self._run(body)
 
@@ -1037,76 +556,10 @@ class MySQLStore:
         limit: int,
     ) -> SyncPage:
         """One page of the user's conversations changed since `changed_since_ms`. The
-        SYNCs asked for in one event-loop iteration share round trips (up to
-        SYNC_BATCH_MAX a query): after a mass reconnect thousands arrive at once, and one
-        pooled connection per SYNC, held while a saturated loop got round to each reply,
-        left them queueing until the store timeout answered `unavailable`."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[SyncPage] = loop.create_future()
-        self._syncs.append(_SyncAsk(uid, device, changed_since_ms, after, limit, fut))
-        if len(self._syncs) == 1:
-            loop.call_soon(self._flush_syncs)
-        return await fut
-
-    def _flush_syncs(self) -> None:
-        asks, self._syncs = self._syncs, []
-        loop = asyncio.get_running_loop()
-        for i in range(0, len(asks), SYNC_BATCH_MAX):
-            task = loop.create_task(self._sync_batch(asks[i : i + SYNC_BATCH_MAX]))
-            self._sync_tasks.add(task)
-            task.add_done_callback(self._sync_tasks.discard)
-
-    async def _sync_batch(self, asks: list[_SyncAsk]) -> None:
-        async def q(cur: Cursor) -> tuple[list[list[Any]], list[dict[int, int]]]:
-            await cur.execute(";".join(cur.mogrify(*a.query()) for a in asks))
-            pages = [list(await cur.fetchall())]
-            for _ in asks[1:]:
-                pages.append(list(await _next_rows(cur)))
-            return pages, await self._unread(cur, asks, pages)
-
-        try:
-            pages, unread = await self._run(q, tx=False)
-        except Exception as e:
-            for a in asks:
-                if not a.fut.done():  # a fresh exception each: raised in many tasks
-                    a.fut.set_exception(
-                        StoreUnavailable(str(e)) if isinstance(e, StoreUnavailable) else e
-                    )
-            return
-        except BaseException:
-            for a in asks:
-                a.fut.cancel()
-            raise
-        for a, rows, counts in zip(asks, pages, unread, strict=True):
-            page = [_sync_row(r, counts) for r in rows[: a.limit]]
-            if not a.fut.done():
-                a.fut.set_result(SyncPage(page, len(rows) > a.limit))
-
-    async def _unread(
-        self, cur: Cursor, asks: Sequence[_SyncAsk], pages: Sequence[Sequence[Any]]
-    ) -> list[dict[int, int]]:
-        """Unread counts of every page: range scans of (conv_id, seq), one query per
-        shard per user, all in one round trip (more only past 1 MiB of SQL)."""
-        statements: list[str] = []
-        owner: list[int] = []  # the ask each statement counts for
-        for n, (a, rows) in enumerate(zip(asks, pages, strict=True)):
-            by_shard: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
-            for r in rows[: a.limit]:
-                conv_id, max_seq, read_seq = int(r[0]), int(r[2]), int(r[3])
-                if max_seq > read_seq:
-                    by_shard[self.shard_of(conv_id)].append((conv_id, read_seq, max_seq))
-            for table, ranges in by_shard.items():
-                statements.append(sql.unread_counts(table, a.uid, ranges))
-                owner.append(n)
-        counts: list[dict[int, int]] = [{} for _ in asks]
-        k = 0
-        for query in sql.queries(statements):
-            await cur.execute(query)
-            for m in range(query.count(";") + 1):
-                rows = await cur.fetchall() if m == 0 else await _next_rows(cur)
-                counts[owner[k]].update({int(c): int(n) for c, n in rows})
-                k += 1
-        return counts
+        SYNCs asked for in one event-loop iteration share round trips (storage/mysql/sync.py)."""
+        return await self._syncs.ask(
+            uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
+        )
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
         if not uids:

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, cast
 
 import msgpack
 import redis.asyncio as aioredis
 
-from storage.models import SentRecord, StoreUnavailable
+from storage.errors import CacheUnavailable
+from storage.models import SentRecord
 from storage.redis.connect import check_prefix
 from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT
@@ -129,7 +130,7 @@ def _seq(value: int) -> int:
 
 class RedisCache:
     """The accelerator (see the module docstring for the keys). Every method raises
-    `StoreUnavailable` on Redis trouble, except `ping`, which answers False."""
+    `CacheUnavailable` on Redis trouble, except `ping`, which answers False."""
 
     def __init__(self, client: aioredis.Redis, *, prefix: str = ""):
         self._client = client
@@ -185,7 +186,8 @@ class RedisCache:
 
     async def get_members(self, conv_id: int) -> MemberSnapshot | None:
         async with unavailable("members get", self._limit):
-            fields: dict[Any, Any] = await self._client.hgetall(self.members_key(conv_id))
+            # bytes: connect.py opens every client with decode_responses=False
+            fields = cast(dict[bytes, bytes], await self._client.hgetall(self.members_key(conv_id)))
         try:
             version = int(fields[b"v"])
             data = b"".join(fields[b"d%d" % i] for i in range(int(fields[b"n"])))
@@ -237,7 +239,7 @@ class RedisCache:
         if not wanted:
             return {}
         async with unavailable(what, self._limit):
-            values: list[Any] = await self._client.hmget(key, wanted)
+            values = cast(list[bytes | None], await self._client.hmget(key, wanted))
         return {c: int(v) for c, v in zip(wanted, values, strict=True) if v is not None}
 
     # -- health ---------------------------------------------------------------------------
@@ -247,7 +249,7 @@ class RedisCache:
         try:
             async with unavailable("ping", self._limit):
                 return bool(await self._client.ping())
-        except StoreUnavailable:
+        except CacheUnavailable:
             return False
 
     async def close(self) -> None:

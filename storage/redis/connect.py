@@ -7,7 +7,7 @@
   one server. It may not contain `{` or `}` (that would move the keys' hash tags).
 - `timeout` (seconds, default 1.0) bounds connecting and each operation of the adapters
   as a whole (a command or a pipeline: `storage.redis.errors.unavailable`), so a dead or
-  hung Redis fails fast as `StoreUnavailable` instead of stalling logins and sends. The
+  hung Redis fails fast as `CacheUnavailable` instead of stalling logins and sends. The
   client itself has no per-reply timeout (`socket_timeout=None`): that timer, one per
   command of a pipeline, cost 6 % of a worker's CPU at 4,000 msg/s.
 - `max_connections` (default 64) caps the pool; a caller finding every connection busy
@@ -23,7 +23,7 @@ picks its parser automatically).
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
@@ -37,7 +37,7 @@ HEALTH_CHECK_INTERVAL_S: Final = 30
 SCHEMES: Final = ("redis", "rediss", "unix")
 
 
-def redis_from_url(url: str, **pool_options: Any) -> tuple[aioredis.Redis, str]:
+def redis_from_url(url: str, **pool_options: object) -> tuple[aioredis.Redis, str]:
     """The client for `url` and the key prefix it names (`""` when none). The client owns
     its pool: `await client.aclose()` closes it. `pool_options` override the pool and
     connection settings (tests pass a `connection_class`)."""
@@ -61,7 +61,7 @@ def redis_from_url(url: str, **pool_options: Any) -> tuple[aioredis.Redis, str]:
         else:
             rest.append((name, value))
     check_prefix(prefix)
-    options: dict[str, Any] = {
+    options: dict[str, object] = {
         "max_connections": DEFAULT_MAX_CONNECTIONS,
         "timeout": timeout,  # the wait for a free pooled connection
         "decode_responses": False,

@@ -1,11 +1,11 @@
-"""Redis trouble as the storage layer's `StoreUnavailable`.
+"""Redis trouble as the storage layer's `CacheUnavailable` (storage/errors.py).
 
 Every operation of the Redis adapters runs inside `async with unavailable(what, limit_s)`,
 which bounds it as a whole (one timer per operation: redis-py's own per-reply timer, one
 per command of a pipeline, cost 6 % of a worker's CPU at 4,000 msg/s). Connection refused
 or reset, the timeout, READONLY replicas, LOADING after a restart and any other
 `redis.exceptions.RedisError` (or `OSError` from the socket layer) leave the adapter as
-`StoreUnavailable`, with the original chained as `__cause__`. Callers decide what degrades.
+`CacheUnavailable`, with the original chained as `__cause__`. Callers decide what degrades.
 A command cut off by the timeout closes its connection (redis-py drops a connection whose
 reply was not read), so no later command reads a stale reply. `asyncio.CancelledError`
 from outside is not an `Exception` and always passes through.
@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from storage.models import StoreUnavailable
+from storage.errors import CacheUnavailable
 from storage.redis.connect import DEFAULT_TIMEOUT_S
 
 
@@ -33,9 +33,9 @@ def op_timeout(client: aioredis.Redis) -> float:
 @asynccontextmanager
 async def unavailable(what: str, limit_s: float) -> AsyncIterator[None]:
     """Bound the block by `limit_s` seconds and re-raise Redis and socket errors (the timeout
-    too: TimeoutError is an OSError) as `StoreUnavailable("redis: <what>…")`."""
+    too: TimeoutError is an OSError) as `CacheUnavailable("redis: <what>…")`."""
     try:
         async with asyncio.timeout(limit_s):
             yield
     except (RedisError, OSError) as e:
-        raise StoreUnavailable(f"redis: {what} failed: {type(e).__name__}: {e}") from e
+        raise CacheUnavailable(f"redis: {what} failed: {type(e).__name__}: {e}") from e

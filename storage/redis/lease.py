@@ -23,7 +23,7 @@ from typing import Final
 
 import redis.asyncio as aioredis
 
-from storage.models import StoreUnavailable
+from storage.errors import CacheUnavailable
 from storage.redis.errors import op_timeout, unavailable
 from storage.snowflake import MAX_WORKER
 
@@ -78,14 +78,14 @@ class WorkerIdLease:
         return f"{self._prefix}{{wid}}:{n}"
 
     async def acquire(self) -> int:
-        """Take a free id; StoreUnavailable when Redis is unreachable or all are taken."""
+        """Take a free id; CacheUnavailable when Redis is unreachable or all are taken."""
         start = random.randrange(MAX_WORKER + 1)
         keys = [self.key(n) for n in range(MAX_WORKER + 1)]
         args: list[str | int] = [self.owner, self.ttl_ms, start]
         async with unavailable("worker id lease", self._limit):
             n = int(await self._acquire(keys=keys, args=args))
         if n < 0:
-            raise StoreUnavailable(
+            raise CacheUnavailable(
                 f"redis: all {MAX_WORKER + 1} snowflake worker ids are leased "
                 f"(keys {self._prefix}{{wid}}:*); too many live workers share this Redis"
             )

@@ -47,14 +47,19 @@ def pack(*args: Arg) -> bytes:
     return b"".join(parts)
 
 
-def field_pairs(reply: Any) -> Iterable[tuple[Any, Any]]:
+# A reply as the RESP parser returns it. Any: its shape is the command's (bytes, int,
+# None, a list or map of replies); each caller reads the commands it sent.
+Reply = Any
+
+
+def field_pairs(reply: Reply) -> Iterable[tuple[bytes, bytes]]:
     """The (field, value) pairs of a raw HGETALL reply, RESP3 map or RESP2 list."""
     if isinstance(reply, dict):
         return reply.items()
     return zip(reply[::2], reply[1::2], strict=True)
 
 
-async def pipeline(client: aioredis.Redis, commands: Sequence[bytes]) -> list[Any]:
+async def pipeline(client: aioredis.Redis, commands: Sequence[bytes]) -> list[Reply]:
     """Send packed `commands` in one write; their replies in order. An error reply is
     returned as its exception (a `ResponseError`), not raised."""
     if not commands:
@@ -65,7 +70,7 @@ async def pipeline(client: aioredis.Redis, commands: Sequence[bytes]) -> list[An
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
         try:
             await conn.send_packed_command(payload)
-            replies: list[Any] = []
+            replies: list[Reply] = []
             for _ in commands:
                 try:
                     replies.append(await conn.read_response())

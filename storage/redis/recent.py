@@ -30,8 +30,8 @@ A member is at most `content` + ~60 bytes: client content is capped at 2 KB by d
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Final
+from collections.abc import Iterable
+from typing import Final, cast
 
 import msgpack
 import redis.asyncio as aioredis
@@ -103,7 +103,7 @@ def decode(conv_id: int, raw: bytes) -> StoredMessage:
 
 
 class RecentCache:
-    """Every method raises `StoreUnavailable` on Redis trouble."""
+    """Every method raises `CacheUnavailable` on Redis trouble."""
 
     def __init__(
         self, client: aioredis.Redis, *, prefix: str = "", max_entries: int = RECENT_MAX
@@ -149,7 +149,8 @@ class RecentCache:
         if hi < lo or lo >= MAX_EXACT_SEQ:
             return []
         async with unavailable("recent range", self._limit):
-            raw: Sequence[Any] = await self._client.zrange(self.key(conv_id), lo, hi, byscore=True)
+            found = await self._client.zrange(self.key(conv_id), lo, hi, byscore=True)
+        raw = cast(list[bytes], found)  # members only (no scores), not decoded
         return [decode(conv_id, r) for r in raw]
 
     async def forget_upto(self, conv_id: int, seq: int) -> None:

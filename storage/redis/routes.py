@@ -53,7 +53,8 @@ from typing import Final
 
 import redis.asyncio as aioredis
 
-from storage.models import Revoked, Route
+from storage.errors import Revoked
+from storage.models import Route
 from storage.redis import raw
 from storage.redis.connect import check_prefix
 from storage.redis.errors import op_timeout, unavailable
@@ -174,7 +175,7 @@ def _now_ms() -> int:
 class RedisRouteStore:
     """`storage.ports.RouteStore` on Redis (see the module docstring for the keys).
 
-    Errors reaching Redis raise `StoreUnavailable`. `close()` closes `client`'s pool."""
+    Errors reaching Redis raise `CacheUnavailable`. `close()` closes `client`'s pool."""
 
     def __init__(self, client: aioredis.Redis, *, prefix: str = "", ttl_s: int = ROUTE_TTL_S):
         if ttl_s <= 0:

@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from storage.models import StoreUnavailable
+from storage.errors import CacheUnavailable
 from storage.redis import raw
 from storage.redis.errors import unavailable
+from storage.redis.raw import Reply
 
 # Comparison of canonical non-negative decimal strings (no leading zeros): exact for the
 # whole u64 range, where Lua's doubles are not.
@@ -38,7 +38,7 @@ ScriptCall = tuple[AsyncScript, Sequence[str], Sequence[str | int | bytes]]
 
 async def run_pipelined(
     client: aioredis.Redis, calls: Sequence[ScriptCall], *, raise_errors: bool = True
-) -> list[Any]:
+) -> list[Reply]:
     """Run `calls` in one pipeline round trip (two more only after a script cache flush);
     returns the replies in order. The first error reply is raised, or with
     `raise_errors=False` returned in its place."""
@@ -59,7 +59,7 @@ async def run_pipelined(
     return results
 
 
-async def _send(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+async def _send(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Reply]:
     return await raw.pipeline(
         client,
         [raw.pack(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
@@ -70,19 +70,19 @@ class Coalescer:
     """Script calls made during one event-loop iteration, sent together in one pipeline
     (`run_pipelined`) when the iteration ends: a storm of logins or disconnects costs a
     round trip and a pooled connection per iteration, not per call. Each caller gets its
-    own reply: its own error reply as `StoreUnavailable` (one bad call fails only its
-    caller), and each caller its own `StoreUnavailable` when the pipeline itself fails."""
+    own reply: its own error reply as `CacheUnavailable` (one bad call fails only its
+    caller), and each caller its own `CacheUnavailable` when the pipeline itself fails."""
 
     def __init__(self, client: aioredis.Redis, what: str, limit_s: float) -> None:
         self._client = client
         self._what = what
         self._limit = limit_s
-        self._pending: list[tuple[ScriptCall, asyncio.Future[Any]]] = []
+        self._pending: list[tuple[ScriptCall, asyncio.Future[Reply]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def call(self, call: ScriptCall) -> Any:
+    async def call(self, call: ScriptCall) -> Reply:
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
+        fut: asyncio.Future[Reply] = loop.create_future()
         self._pending.append((call, fut))
         if len(self._pending) == 1:
             loop.call_soon(self._flush)
@@ -95,7 +95,7 @@ class Coalescer:
             self._flushes.add(task)
             task.add_done_callback(self._flushes.discard)
 
-    async def _send(self, batch: list[tuple[ScriptCall, asyncio.Future[Any]]]) -> None:
+    async def _send(self, batch: list[tuple[ScriptCall, asyncio.Future[Reply]]]) -> None:
         try:
             async with unavailable(self._what, self._limit):
                 results = await run_pipelined(
@@ -119,7 +119,7 @@ class Coalescer:
                 fut.set_result(result)
 
 
-def _unavailable(text: str, cause: BaseException) -> StoreUnavailable:
-    e = StoreUnavailable(text)
+def _unavailable(text: str, cause: BaseException) -> CacheUnavailable:
+    e = CacheUnavailable(text)
     e.__cause__ = cause
     return e

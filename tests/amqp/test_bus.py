@@ -15,8 +15,8 @@ import aio_pika
 import pytest
 
 from storage.amqp import AmqpBus, AmqpOptions, parse_amqp_url
+from storage.errors import BusUnavailable
 from storage.factory import BackendError, open_backends
-from storage.models import StoreUnavailable
 from tests.support.services import require_port
 from tests.support.tcpproxy import TcpProxy
 from tests.support.waiting import wait_until
@@ -241,7 +241,7 @@ async def test_unreachable_rabbitmq_fails_start_promptly() -> None:
         port = s.getsockname()[1]  # closed again: nothing listens there
     bus = AmqpBus(f"amqp://guest:secret@127.0.0.1:{port}/")
     t0 = time.monotonic()
-    with pytest.raises(StoreUnavailable) as e:
+    with pytest.raises(BusUnavailable) as e:
         await bus.start(node_id(), lambda body: None, lambda: None)
     assert time.monotonic() - t0 < 6
     message = str(e.value)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from storage.models import Route, StoredMessage, StoreUnavailable
+from storage.errors import CacheUnavailable
+from storage.models import Route, StoredMessage
 from storage.redis import MemberSnapshot, RedisCache, RedisRouteStore, redis_from_url
 from storage.redis.errors import op_timeout
 from storage.redis.recent import RecentCache
@@ -99,7 +100,7 @@ async def test_refused_connection_fails_fast(call: int) -> None:
     client, prefix = redis_from_url("redis://127.0.0.1:1/0?timeout=1.0")
     routes, cache = RedisRouteStore(client, prefix=prefix), RedisCache(client, prefix=prefix)
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable, match=r"redis: .* failed"):
+    with pytest.raises(CacheUnavailable, match=r"redis: .* failed"):
         await CALLS[call](routes, cache, RecentCache(client, prefix=prefix))
     assert time.monotonic() - started < 2.0
     assert await cache.ping() is False
@@ -112,7 +113,7 @@ async def test_hung_redis_times_out(hung_port: int, call: int) -> None:
     client, prefix = redis_from_url(f"redis://127.0.0.1:{hung_port}/0?timeout=0.3")
     routes, cache = RedisRouteStore(client, prefix=prefix), RedisCache(client, prefix=prefix)
     started = time.monotonic()
-    with pytest.raises(StoreUnavailable, match="Timeout"):
+    with pytest.raises(CacheUnavailable, match="Timeout"):
         await CALLS[call](routes, cache, RecentCache(client, prefix=prefix))
     assert time.monotonic() - started < 1.0
     await routes.close()

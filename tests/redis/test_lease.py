@@ -8,7 +8,7 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from storage.models import StoreUnavailable
+from storage.errors import CacheUnavailable
 from storage.redis.lease import WorkerIdLease
 from storage.snowflake import MAX_WORKER
 
@@ -33,7 +33,7 @@ async def test_released_id_is_free_again_and_all_taken_is_an_error(
     for n in range(MAX_WORKER + 1):  # every id held by someone else
         await client.set(lease(client, prefix, "x").key(n), "other", px=60_000)
     late = lease(client, prefix, "late")
-    with pytest.raises(StoreUnavailable, match="all 1024 snowflake worker ids are leased"):
+    with pytest.raises(CacheUnavailable, match="all 1024 snowflake worker ids are leased"):
         await late.acquire()
     await client.delete(lease(client, prefix, "x").key(17))
     assert await late.acquire() == 17
@@ -75,6 +75,6 @@ async def test_a_taken_over_id_is_given_up_even_when_no_other_is_free(
     n = await mine.acquire()
     for k in range(MAX_WORKER + 1):  # ours taken over, and every other id held too
         await client.set(mine.key(k), "other", px=60_000)
-    with pytest.raises(StoreUnavailable):
+    with pytest.raises(CacheUnavailable):
         await mine.renew()
     assert mine.worker_id == -1, f"must not keep minting on id {n}, now another's"

@@ -10,7 +10,8 @@ from collections.abc import Callable
 import pytest
 import redis.asyncio as aioredis
 
-from storage.models import Revoked, Route, StoreUnavailable
+from storage.errors import CacheUnavailable, Revoked
+from storage.models import Route
 from storage.redis import RedisRouteStore, redis_from_url
 from tests.redis.conftest import url_with
 from tests.support.services import drop_redis
@@ -195,13 +196,13 @@ async def test_one_bad_registration_fails_only_its_own_caller(
     routes: RedisRouteStore, client: aioredis.Redis
 ) -> None:
     """A call whose script errors (here: uid 7's index key holds a string) shares its
-    pipeline with 19 good ones: only its caller gets StoreUnavailable."""
+    pipeline with 19 good ones: only its caller gets CacheUnavailable."""
     await client.set(routes.online_key(7), "not a hash")
     results = await asyncio.gather(
         *(routes.register(route(uid, "phone", conn=uid)) for uid in range(1, 21)),
         return_exceptions=True,
     )
-    assert isinstance(results[6], StoreUnavailable) and "WRONGTYPE" in str(results[6])
+    assert isinstance(results[6], CacheUnavailable) and "WRONGTYPE" in str(results[6])
     assert results[:6] + results[7:] == [None] * 19
     assert len(await routes.online([u for u in range(1, 21) if u != 7])) == 19
 
@@ -212,7 +213,7 @@ async def test_registrations_fail_together_when_redis_is_down(prefix: str) -> No
     results = await asyncio.gather(
         *(routes.register(route(uid, "phone")) for uid in range(20)), return_exceptions=True
     )
-    assert all(isinstance(r, StoreUnavailable) for r in results)
+    assert all(isinstance(r, CacheUnavailable) for r in results)
     assert len({id(r) for r in results}) == 20  # one exception object per caller
     await routes.close()
 

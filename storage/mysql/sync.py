@@ -1,0 +1,168 @@
+"""SYNC on MySQL, coalesced: the SYNCs asked in one event-loop iteration share one
+multi-statement query (up to SYNC_BATCH_MAX), and one more for all their unread counts.
+
+After a mass reconnect thousands arrive at once; one pooled connection per SYNC, held
+while a saturated loop got round to each reply, left them queueing until the store
+timeout answered `unavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from storage.errors import StoreUnavailable
+from storage.models import SyncPage, SyncRow
+from storage.mysql import sql
+from storage.mysql.transactions import Cursor, Row, Transactions, next_rows
+
+SYNC_BATCH_MAX: Final = 64  # SYNCs per multi-statement query
+_SYNC_SQL: Final = """SELECT m.conv_id AS cid, c.kind, COALESCE(m.left_seq, s.max_seq) AS max_seq,
+  m.read_seq, COALESCE(d.seq, 0), COALESCE(m.left_ms, s.last_active_ms) AS last_active,
+  (m.left_seq IS NULL),
+  GREATEST(COALESCE(m.left_ms, s.last_active_ms), m.updated_ms,
+           COALESCE(d.updated_ms, 0)) AS changed
+FROM im_conv_member m
+JOIN im_conversation c ON c.conv_id = m.conv_id
+JOIN im_conv_seq s ON s.conv_id = m.conv_id
+LEFT JOIN im_delivered d ON d.uid = m.uid AND d.device = %s AND d.conv_id = m.conv_id
+WHERE m.uid = %s
+HAVING changed >= %s AND (last_active < %s OR (last_active = %s AND cid < %s))
+ORDER BY last_active DESC, cid DESC
+LIMIT %s"""
+
+# A first SYNC (since 0) filters nothing by change time, so the page is chosen from the
+# member and seq rows alone; the conversation and delivered rows are joined for the
+# page's rows only (a user in 40,000 conversations: 3 lookups per row fewer, 1 in 3).
+_SYNC_FIRST_SQL: Final = """SELECT p.cid, c.kind, p.max_seq, p.read_seq, COALESCE(d.seq, 0),
+  p.last_active, p.is_member, p.last_active
+FROM (
+  SELECT m.conv_id AS cid, COALESCE(m.left_seq, s.max_seq) AS max_seq, m.read_seq,
+    COALESCE(m.left_ms, s.last_active_ms) AS last_active, (m.left_seq IS NULL) AS is_member
+  FROM im_conv_member m JOIN im_conv_seq s ON s.conv_id = m.conv_id
+  WHERE m.uid = %s
+  HAVING last_active < %s OR (last_active = %s AND cid < %s)
+  ORDER BY last_active DESC, cid DESC
+  LIMIT %s
+) p
+JOIN im_conversation c ON c.conv_id = p.cid
+LEFT JOIN im_delivered d ON d.uid = %s AND d.device = %s AND d.conv_id = p.cid
+ORDER BY p.last_active DESC, p.cid DESC"""
+
+
+@dataclass(slots=True)
+class _SyncAsk:
+    uid: int
+    device: str
+    since_ms: int
+    after: tuple[int, int] | None
+    limit: int
+    fut: asyncio.Future[SyncPage]
+
+    def query(self) -> tuple[str, tuple[int | str, ...]]:
+        a_active, a_conv = self.after if self.after is not None else ((1 << 62), 0)
+        if self.since_ms <= 0:
+            return _SYNC_FIRST_SQL, (
+                self.uid, a_active, a_active, a_conv, self.limit + 1, self.uid, self.device,
+            )  # fmt: skip
+        return _SYNC_SQL, (
+            self.device, self.uid, self.since_ms, a_active, a_active, a_conv, self.limit + 1,
+        )  # fmt: skip
+
+
+def _sync_row(r: Row, unread: dict[int, int]) -> SyncRow:
+    return SyncRow(
+        int(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), unread.get(int(r[0]), 0),
+        int(r[5]), bool(r[6]),
+    )  # fmt: skip
+
+
+class SyncBatcher:
+    """`ask` answers one SYNC page; the asks of one loop iteration go together."""
+
+    def __init__(self, db: Transactions, table_of: Callable[[int], str]) -> None:
+        self._db = db
+        self._table_of = table_of  # the message table (shard) of a conversation
+        self._syncs: list[_SyncAsk] = []  # asked in this loop iteration
+        self._sync_tasks: set[asyncio.Task[None]] = set()
+
+    async def ask(
+        self,
+        uid: int,
+        device: str,
+        *,
+        changed_since_ms: int,
+        after: tuple[int, int] | None,
+        limit: int,
+    ) -> SyncPage:
+        """One page of the user's conversations changed since `changed_since_ms`,
+        asked together with the other SYNCs of this loop iteration."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[SyncPage] = loop.create_future()
+        self._syncs.append(_SyncAsk(uid, device, changed_since_ms, after, limit, fut))
+        if len(self._syncs) == 1:
+            loop.call_soon(self._flush_syncs)
+        return await fut
+
+    def _flush_syncs(self) -> None:
+        asks, self._syncs = self._syncs, []
+        loop = asyncio.get_running_loop()
+        for i in range(0, len(asks), SYNC_BATCH_MAX):
+            task = loop.create_task(self._sync_batch(asks[i : i + SYNC_BATCH_MAX]))
+            self._sync_tasks.add(task)
+            task.add_done_callback(self._sync_tasks.discard)
+
+    async def _sync_batch(self, asks: list[_SyncAsk]) -> None:
+        async def q(cur: Cursor) -> tuple[list[list[Row]], list[dict[int, int]]]:
+            await cur.execute(";".join(cur.mogrify(*a.query()) for a in asks))
+            pages = [list(await cur.fetchall())]
+            for _ in asks[1:]:
+                pages.append(list(await next_rows(cur)))
+            return pages, await self._unread(cur, asks, pages)
+
+        try:
+            pages, unread = await self._db.run(q, tx=False)
+        except Exception as e:
+            for a in asks:
+                if not a.fut.done():  # a fresh exception each: raised in many tasks
+                    a.fut.set_exception(
+                        StoreUnavailable(str(e)) if isinstance(e, StoreUnavailable) else e
+                    )
+            return
+        except BaseException:
+            for a in asks:
+                a.fut.cancel()
+            raise
+        for a, rows, counts in zip(asks, pages, unread, strict=True):
+            page = [_sync_row(r, counts) for r in rows[: a.limit]]
+            if not a.fut.done():
+                a.fut.set_result(SyncPage(page, len(rows) > a.limit))
+
+    async def _unread(
+        self, cur: Cursor, asks: Sequence[_SyncAsk], pages: Sequence[Sequence[Row]]
+    ) -> list[dict[int, int]]:
+        """Unread counts of every page: range scans of (conv_id, seq), one query per
+        shard per user, all in one round trip (more only past 1 MiB of SQL)."""
+        statements: list[str] = []
+        owner: list[int] = []  # the ask each statement counts for
+        for n, (a, rows) in enumerate(zip(asks, pages, strict=True)):
+            by_shard: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+            for r in rows[: a.limit]:
+                conv_id, max_seq, read_seq = int(r[0]), int(r[2]), int(r[3])
+                if max_seq > read_seq:
+                    by_shard[self._table_of(conv_id)].append((conv_id, read_seq, max_seq))
+            for table, ranges in by_shard.items():
+                statements.append(sql.unread_counts(table, a.uid, ranges))
+                owner.append(n)
+        counts: list[dict[int, int]] = [{} for _ in asks]
+        k = 0
+        for query in sql.queries(statements):
+            await cur.execute(query)
+            for m in range(query.count(";") + 1):
+                rows = await cur.fetchall() if m == 0 else await next_rows(cur)
+                counts[owner[k]].update({int(c): int(n) for c, n in rows})
+                k += 1
+        return counts

@@ -1,0 +1,213 @@
+"""The MySQL store's connection pool and transaction runner.
+
+Every transaction retries on deadlock, lock wait timeout and duplicate key (a
+concurrent duplicate send), and maps connection trouble to `StoreUnavailable`. A COMMIT
+that went unanswered is recorded (`CommitWatch`) so the caller can fence its server
+thread (`Transactions.fence`) and then ask what landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Final, TypeVar, cast
+
+import asyncmy
+from asyncmy import errors as db_errors
+from asyncmy.connection import Connection
+from asyncmy.cursors import Cursor
+from asyncmy.pool import Pool
+
+from storage.errors import StoreUnavailable
+from storage.mysql.settings import MySQLSettings
+from storage.mysql.sql import Row
+
+T = TypeVar("T")
+
+__all__ = ["CommitWatch", "Cursor", "Row", "Transactions", "next_rows", "rowcount"]
+
+_RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
+_MAX_ATTEMPTS: Final = 4
+_UNKNOWN_THREAD: Final = 1094  # KILL of a connection id the server no longer has
+
+
+@dataclass(slots=True)
+class CommitWatch:
+    """Where the last attempt's COMMIT stands. `unanswered`: it was sent and no answer
+    came back (a timeout, a dropped connection), so it may still land."""
+
+    thread_id: int = 0  # the server thread (connection id) it was sent on
+    unanswered: bool = False
+
+
+async def next_rows(cur: Cursor) -> list[Row]:
+    """The rows of the next statement of a multi-statement query."""
+    if not await cur.nextset():
+        raise StoreUnavailable("MySQL answered fewer result sets than statements sent")
+    return await cur.fetchall()
+
+
+def rowcount(cur: Cursor) -> int:
+    """The rows the last statement matched or changed (asyncmy's stub says `object`;
+    the driver sets an int)."""
+    return int(cast(int, cur.rowcount))
+
+
+class Transactions:
+    """The pool of one MySQL store, and `run`, which runs a body in a transaction."""
+
+    def __init__(self, settings: MySQLSettings) -> None:
+        self.settings = settings
+        self._pool: Pool | None = None
+
+    async def open(self) -> None:
+        s = self.settings
+        try:
+            self._pool = await asyncio.wait_for(
+                asyncmy.create_pool(
+                    host=s.host, port=s.port, user=s.user, password=s.password,
+                    database=s.database,
+                    minsize=1, maxsize=s.pool, autocommit=True, charset="utf8mb4",
+                    connect_timeout=s.timeout_s, pool_recycle=3600,
+                ),
+                timeout=s.timeout_s * 2,
+            )  # fmt: skip
+        except (db_errors.Error, OSError, TimeoutError) as e:
+            hint = (
+                "create it with `imgw db migrate --store mysql://...`"
+                if "1049" in str(e)
+                else "is the server up and the URL right?"
+            )
+            raise StoreUnavailable(
+                f"cannot open MySQL {s.user}@{s.host}:{s.port}/{s.database}: {e}; {hint}"
+            ) from e
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            await self._pool.wait_closed()
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Connection]:
+        pool = self._pool
+        if pool is None:
+            raise StoreUnavailable("MySQL store not started")
+        try:
+            conn = await asyncio.wait_for(pool.acquire(), self.settings.timeout_s)
+        except (db_errors.Error, OSError, TimeoutError) as e:
+            raise StoreUnavailable(f"MySQL unavailable: {e!r}") from e
+        healthy = False
+        try:
+            yield conn
+            healthy = True
+        finally:
+            if not healthy:
+                conn.close()  # unknown state (cancelled, broken): never reuse it
+            pool.release(conn)
+
+    async def run(
+        self,
+        body: Callable[[Cursor], Awaitable[T]],
+        *,
+        tx: bool = True,
+        own_tx: bool = False,
+        watch: CommitWatch | None = None,
+    ) -> T:
+        """Run `body` in one transaction (or, `tx=False`, as autocommit reads: one round
+        trip each, no COMMIT), retrying transient conflicts; bounded by the timeout.
+        `own_tx`: the body sends BEGIN itself, inside its first multi-statement round
+        trip; COMMIT is always a round trip of its own, so a body given up on (its
+        timeout) can never commit later: a COMMIT queued behind a statement waiting on a
+        lock would still run after the client closed the connection. `watch` records
+        whether a COMMIT went unanswered (see `CommitWatch`)."""
+        for attempt in range(_MAX_ATTEMPTS):
+            if watch is not None:
+                watch.unanswered = False
+            try:
+                async with self._conn() as conn, conn.cursor() as cur:
+                    try:
+                        async with asyncio.timeout(self.settings.timeout_s):
+                            if not tx:
+                                return await body(cur)
+                            if not own_tx:  # else the body's queries begin it
+                                await conn.begin()
+                            result = await body(cur)
+                            await self._commit(conn, watch)
+                            return result
+                    except BaseException:
+                        if tx and conn.connected:
+                            try:
+                                async with asyncio.timeout(1.0):
+                                    await conn.rollback()
+                            except Exception:
+                                conn.close()
+                        raise
+            except db_errors.MySQLError as e:
+                errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
+                if errno in _RETRY_ERRNOS and attempt + 1 < _MAX_ATTEMPTS:
+                    await asyncio.sleep(0.002 * (attempt + 1))
+                    continue
+                if isinstance(e, db_errors.OperationalError | db_errors.InterfaceError):
+                    await self._forget_idle_connections()
+                    raise StoreUnavailable(f"MySQL: {e}") from e
+                if errno in _RETRY_ERRNOS:
+                    raise StoreUnavailable(f"MySQL kept conflicting: {e}") from e
+                if watch is not None and watch.unanswered:
+                    raise StoreUnavailable(f"MySQL: COMMIT failed: {e!r}") from e
+                raise
+            except (TimeoutError, OSError, ConnectionError) as e:
+                await self._forget_idle_connections()
+                raise StoreUnavailable(f"MySQL: {e!r}") from e
+            except Exception as e:
+                if watch is not None and watch.unanswered:  # whatever broke the link
+                    await self._forget_idle_connections()
+                    raise StoreUnavailable(f"MySQL: COMMIT failed: {e!r}") from e
+                raise
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    async def _commit(conn: Connection, watch: CommitWatch | None) -> None:
+        if watch is None:
+            await conn.commit()
+            return
+        watch.thread_id = conn.thread_id()
+        watch.unanswered = True
+        try:
+            await conn.commit()
+        except db_errors.MySQLError as e:
+            errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
+            if 0 < errno < 2000:  # the server answered with an error: not committed
+                watch.unanswered = False
+            raise
+        watch.unanswered = False
+
+    async def fence(self, thread_id: int) -> None:
+        """Make sure the server thread whose COMMIT went unanswered is gone, so that the
+        COMMIT can no longer land (a delayed packet reaching a live thread would commit
+        it): KILL it from another connection and wait until the server no longer lists
+        it. Raises StoreUnavailable when that cannot be done within the timeout."""
+
+        async def q(cur: Cursor) -> None:
+            try:
+                await cur.execute(f"KILL CONNECTION {thread_id:d}")
+            except db_errors.MySQLError as e:
+                if not (e.args and e.args[0] == _UNKNOWN_THREAD):
+                    raise
+            while True:
+                await cur.execute(
+                    f"SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = {thread_id:d}"
+                )
+                if not await cur.fetchall():
+                    return
+                await asyncio.sleep(0.02)
+
+        await self.run(q, tx=False)
+
+    async def _forget_idle_connections(self) -> None:
+        """After a connection failure the pooled idle connections are likely dead too
+        (server restarted, network cut): close them so the next operations reconnect
+        instead of failing one by one."""
+        if self._pool is not None:
+            await self._pool.clear()

@@ -1,0 +1,165 @@
+"""The rules of sending, recalling and counting unread, decided once for every store.
+
+Pure: no I/O. The stores read what a rule needs inside their transaction, call it, and
+write what it decided (as they do with `storage.membership.plan_change`).
+
+- Append: which messages of a batch are stored and how each is answered
+  (`plan_append`, then `append_results`; `resend_result` for a send found stored).
+- Recall: whether a message may be recalled (`recall_refusal`) and the recall
+  message's content (`recall_content`).
+- Unread: which messages count as unread (`counts_as_unread`), and the same as a SQL
+  condition (`UNREAD_TYPES_SQL`), both from `protocol.ops.CLIENT_MSG_TYPES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import msgpack
+
+from protocol.ops import CLIENT_MSG_TYPES, is_client_msg_type
+from storage.models import (
+    AppendResult,
+    AppendStatus,
+    NewMessage,
+    RecallResult,
+    RecallStatus,
+    StoredMessage,
+)
+
+SendKey = tuple[int, str]  # (sender_uid, client_msg_id): the idempotency key of a send
+
+# -- append ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """What a batch does. `store`: the indexes of the messages to store, in batch order:
+    the first send of its key in the batch, not sent before, from a current member of
+    its conversation. `refused`: first sends whose sender is not a current member.
+    `first`: the index of the first send of each key not sent before."""
+
+    store: list[int]
+    refused: frozenset[int]
+    first: dict[SendKey, int]
+
+
+def plan_append(
+    batch: Sequence[NewMessage],
+    sent: Mapping[SendKey, StoredMessage],
+    members: Mapping[int, Sequence[int]],
+) -> AppendPlan:
+    """`sent`: the messages already stored under keys of the batch; `members`: the
+    current members of the batch's conversations. A later send of a key in the same
+    batch is a resend of its first send, whatever that first send's fate."""
+    first: dict[SendKey, int] = {}
+    store: list[int] = []
+    refused: set[int] = set()
+    for i, m in enumerate(batch):
+        key = (m.sender_uid, m.client_msg_id)
+        if key in sent or key in first:
+            continue
+        first[key] = i
+        if m.sender_uid in members.get(m.conv_id, ()):
+            store.append(i)
+        else:
+            refused.add(i)
+    return AppendPlan(store, frozenset(refused), first)
+
+
+def resend_result(m: NewMessage, original: StoredMessage | None) -> AppendResult:
+    """The answer to a send whose key was used before: DUPLICATE (with the original)
+    when it is the same send, CONFLICT when it is another; NOT_MEMBER when the first
+    send was refused (`original` None)."""
+    if original is None:
+        return AppendResult(AppendStatus.NOT_MEMBER)
+    if original.same_send(m.conv_id, m.msg_type, m.content):
+        return AppendResult(AppendStatus.DUPLICATE, original)
+    return AppendResult(AppendStatus.CONFLICT)
+
+
+def append_results(
+    batch: Sequence[NewMessage],
+    plan: AppendPlan,
+    sent: Mapping[SendKey, StoredMessage],
+    stored: Mapping[int, StoredMessage],
+    members: Mapping[int, Sequence[int]],
+    *,
+    outbox_id: int = 0,
+) -> list[AppendResult]:
+    """One result per message of `batch`, in order. `stored`: the message stored for
+    each index of `plan.store`; STORED results carry the conversation's current members
+    (for fan-out) and `outbox_id`."""
+    results: list[AppendResult] = []
+    for i, m in enumerate(batch):
+        msg = stored.get(i)
+        if msg is not None:
+            results.append(AppendResult(AppendStatus.STORED, msg, members[m.conv_id], outbox_id))
+        elif i in plan.refused:
+            results.append(AppendResult(AppendStatus.NOT_MEMBER))
+        else:
+            key = (m.sender_uid, m.client_msg_id)
+            results.append(resend_result(m, sent.get(key) or stored.get(plan.first.get(key, -1))))
+    return results
+
+
+# -- recall ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecallTarget:
+    """What the recall rule needs of the message to recall, as stored."""
+
+    sender_uid: int
+    msg_type: int
+    server_ms: int
+    recall_seq: int  # the seq of the recall message that recalled it; 0 if not recalled
+
+
+def recall_refusal(
+    target: RecallTarget | None,
+    seq: int,
+    by: int,
+    *,
+    now_ms: int,
+    window_ms: int,
+    min_seq: int,
+) -> RecallResult | None:
+    """The answer when `by` may not recall message `seq` (`target`, None when there is
+    no such message): below the reader's `min_seq` or absent, NO_SUCH_MESSAGE; another
+    sender's, DENIED; recalled before, ALREADY with that recall's seq; not a client
+    message type or older than `window_ms`, DENIED. None: recall it."""
+    if target is None or seq < min_seq:
+        return RecallResult(RecallStatus.NO_SUCH_MESSAGE)
+    if target.sender_uid != by:
+        return RecallResult(RecallStatus.DENIED)
+    if target.recall_seq:
+        return RecallResult(RecallStatus.ALREADY, target.recall_seq)
+    if not is_client_msg_type(target.msg_type) or now_ms - target.server_ms > window_ms:
+        return RecallResult(RecallStatus.DENIED)
+    return None
+
+
+def recall_content(seq: int) -> bytes:
+    """The content of the RECALL message that recalls message `seq`."""
+    content: bytes = msgpack.packb([seq])
+    return content
+
+
+# -- unread ------------------------------------------------------------------------------
+
+
+def counts_as_unread(msg_type: int) -> bool:
+    """Whether a message of this type from someone else counts as unread."""
+    return is_client_msg_type(msg_type)
+
+
+def unread_types_sql(column: str = "msg_type") -> str:
+    """`counts_as_unread` as a SQL condition on `column` (MySQL and SQLite alike)."""
+    ranges = " OR ".join(f"{column} BETWEEN {lo:d} AND {hi:d}" for lo, hi in CLIENT_MSG_TYPES)
+    return f"({ranges})"
+
+
+UNREAD_TYPES_SQL: Final = unread_types_sql()
