@@ -8,52 +8,12 @@ import random
 from collections.abc import Callable
 
 from gateway.wheel import TimingWheel
+from tests.support.fakes import ManualClock
 
 TICK = 0.25
 SLOTS = 64
 SPAN = TICK * SLOTS  # 16 s
 T0 = 1000.0
-
-
-class Handle:
-    def __init__(self, when: float, callback: Callable[[], None]) -> None:
-        self.when = when
-        self.callback = callback
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class ManualLoop:
-    """The loop's clock and `call_at`, moved by hand: `run_until(t)` runs every timer due by
-    `t` at its own time, as a loop that is never late would."""
-
-    def __init__(self) -> None:
-        self.now = T0
-        self.timers: list[Handle] = []
-
-    def time(self) -> float:
-        return self.now
-
-    def call_at(self, when: float, callback: Callable[[], None]) -> Handle:
-        handle = Handle(when, callback)
-        self.timers.append(handle)
-        return handle
-
-    def pending(self) -> list[Handle]:
-        return [h for h in self.timers if not h.cancelled]
-
-    def run_until(self, t: float) -> None:
-        while True:
-            due = [h for h in self.pending() if h.when <= t]
-            if not due:
-                break
-            first = min(due, key=lambda h: h.when)
-            self.timers.remove(first)
-            self.now = max(self.now, first.when)
-            first.callback()
-        self.now = t
 
 
 class Conn:
@@ -90,8 +50,8 @@ class Scripted:
         return self.returns.pop(0) if self.returns else None
 
 
-def make(on_tick: Callable[[], None] | None = None) -> tuple[ManualLoop, TimingWheel]:
-    loop = ManualLoop()
+def make(on_tick: Callable[[], None] | None = None) -> tuple[ManualClock, TimingWheel]:
+    loop = ManualClock(T0)
     wheel = TimingWheel(loop, tick_s=TICK, slots=SLOTS, on_tick=on_tick)  # type: ignore[arg-type]
     wheel.start()
     return loop, wheel
@@ -229,7 +189,7 @@ def test_a_stalled_loop_fires_everything_due_in_one_callback() -> None:
     entries = [Scripted() for _ in range(8)]
     for i, e in enumerate(entries):
         wheel.schedule(e, T0 + 1 + i)
-    loop.now = T0 + 20  # the loop was busy for 20 s: one late callback
+    loop.stall_to(T0 + 20)  # the loop was busy for 20 s: one late callback
     loop.run_until(T0 + 20)
     assert [e.woken for e in entries] == [[T0 + 20]] * 8
 
