@@ -1,9 +1,10 @@
-"""Shared fixtures: gateways in-process (fast, on the test's loop) for the protocol suite."""
+"""Shared fixtures: gateways in-process (fast, on the test's loop) for the protocol suite;
+the split into a fast and a slow tier (tests/support/tiers.py)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from gateway.config import Config
 from gateway.logs import configure
 from gateway.server import Server
 from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
+from tests.support.tiers import HOW_TO_FIX, fast_tier_guard, is_slow
 from tests.support.wire import TOKEN_KEY, Wire
 
 configure("console", "warning")
@@ -45,6 +47,44 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marker = metafunc.definition.get_closest_marker("backends")
         chosen = marker.args if marker else BACKENDS
         metafunc.parametrize("backend", chosen)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `slow` every test that needs a service or starts a gateway (the rules are in
+    tests/support/tiers.py); `pytest -m "not slow"` runs the rest in seconds."""
+    for item in items:
+        if item.get_closest_marker("slow") is None and is_slow(item):
+            item.add_marker(pytest.mark.slow)
+
+
+def _guarded(item: pytest.Item) -> Generator[None, object, object]:
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    error: BaseException | None = None
+    result: object = None
+    with fast_tier_guard() as problems:
+        try:
+            result = yield
+        except BaseException as e:  # reported below, after what the guard saw
+            error = e
+    if problems:
+        message = HOW_TO_FIX.format(problems="; ".join(problems))
+        raise pytest.fail.Exception(message, pytrace=False) from error
+    if error is not None:
+        raise error
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
+    """A fast-tier test may not reach a service or leave a process running, in its
+    fixtures or its body (tests/support/tiers.py)."""
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    return (yield from _guarded(item))
 
 
 @pytest.fixture

@@ -47,3 +47,19 @@ async def test_seq_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPa
             assert len(store._seqs) <= 6  # bounded (cleared once past 5)
     finally:
         await store.close()
+
+
+async def test_a_removed_member_is_gone_from_the_cached_list_at_once(tmp_path: Path) -> None:
+    store = EmbeddedStore(str(tmp_path / "s.db"))
+    await store.start()
+    try:
+        conv, _ = await store.create_group(1, "g", [2, 3])
+        assert await store.member_uids(conv) == [1, 2, 3]  # cached now
+        change = await store.change_members(conv, 1, [], [2])
+        assert await store.member_uids(conv) == [1, 3]
+        former = await store.get_membership(conv, 2)
+        assert former is not None and former.left_seq == change.messages[-1].seq
+        assert await store.member_uids(conv + 1000) == []  # unknown: nothing to cache
+        assert conv + 1000 not in store._members
+    finally:
+        await store.close()
