@@ -67,7 +67,7 @@ class Node:
         self.metrics.watch_store(store)
         self.log = structlog.get_logger("imgw").bind(node=node_id)
         self.log_throttle = Throttle(self.loop.time)
-        self.wheel = TimingWheel(self.loop, on_tick=self._on_tick)
+        self.wheel = TimingWheel(self.loop, on_tick=self._on_tick, on_error=self._timer_failed)
         self.limiter = UidRateLimiter(
             burst=config.rate_burst, rate=config.rate_per_s, clock=self.loop.time
         )
@@ -377,6 +377,14 @@ class Node:
     def renew_route(self, conn: Connection) -> None:
         if conn.route is not None:
             self._renewals.append(conn.route)
+
+    def _timer_failed(self, entry: object, e: Exception) -> None:
+        """A connection's timer work (or the node's tick) raised: a bug. Log it (at most
+        once a second) and close the connection, which has no timer any more."""
+        if (held := self.log_throttle.allow(f"timer {type(e).__name__}")) is not None:
+            self.log.error("timer failed", error=repr(e), similar_held_back=held, exc_info=e)
+        if isinstance(entry, Connection):
+            entry.close()
 
     def _on_tick(self) -> None:
         if self._renewals:

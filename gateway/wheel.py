@@ -10,6 +10,7 @@ closed connection costs one list slot until its slot fires.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
@@ -24,7 +25,17 @@ class Timed(Protocol):
 
 
 class TimingWheel:
-    __slots__ = ("_clock", "_cursor", "_handle", "_loop", "_slots", "_tick", "_tick_at", "on_tick")
+    __slots__ = (
+        "_clock",
+        "_cursor",
+        "_handle",
+        "_loop",
+        "_slots",
+        "_tick",
+        "_tick_at",
+        "on_error",
+        "on_tick",
+    )
 
     def __init__(
         self,
@@ -33,6 +44,7 @@ class TimingWheel:
         tick_s: float = 0.25,
         slots: int = 512,
         on_tick: Callable[[], None] | None = None,
+        on_error: Callable[[Timed | None, Exception], None] | None = None,
     ) -> None:
         self._loop = loop
         self._clock = loop.time
@@ -42,6 +54,9 @@ class TimingWheel:
         self._cursor = 0
         self._handle: asyncio.TimerHandle | None = None
         self.on_tick = on_tick
+        # told when an entry's on_timer (the entry) or on_tick (None) raises; the wheel
+        # goes on either way, and the failed entry is left disarmed
+        self.on_error = on_error
 
     def start(self) -> None:
         if self._handle is None:
@@ -78,9 +93,12 @@ class TimingWheel:
             if bucket:
                 self._slots[self._cursor] = []
                 self._fire(bucket, self._cursor, now)
-        if self.on_tick is not None:
-            self.on_tick()
         self._handle = self._loop.call_at(self._tick_at + self._tick, self._advance)
+        if self.on_tick is not None:
+            try:
+                self.on_tick()
+            except Exception as e:
+                self._failed(None, e)
 
     def _fire(self, bucket: list[Timed], slot: int, now: float) -> None:
         for entry in bucket:
@@ -91,6 +109,15 @@ class TimingWheel:
             if at > now:
                 self.schedule(entry, at)  # beyond the wheel's span: go round again
                 continue
-            nxt = entry.on_timer(now)
+            try:
+                nxt = entry.on_timer(now)
+            except Exception as e:  # one entry's bug must not stop every other timer
+                self._failed(entry, e)
+                continue
             if nxt is not None:
                 self.schedule(entry, nxt)
+
+    def _failed(self, entry: Timed | None, e: Exception) -> None:
+        if self.on_error is not None:
+            with contextlib.suppress(Exception):
+                self.on_error(entry, e)

@@ -1,13 +1,12 @@
 """Connection without sockets: a node on the embedded store (SQLite in a temp dir,
-in-process routes and bus), a fake transport that records what the connection writes,
-and the timing wheel's decisions (`on_timer`) driven with chosen times, no sleeping."""
+in-process routes and bus), the fake transport of tests.support.fakes, and the timing
+wheel's decisions (`on_timer`) driven with chosen times, no sleeping."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import msgpack
 import pytest
@@ -30,49 +29,14 @@ from protocol.frames import (
 )
 from protocol.ops import ErrorCode, KickReason, Op
 from storage.factory import open_backends
+from tests.support.fakes import FakeTransport
 from tests.support.wire import TOKEN_KEY, token
 
 
-class FakeTransport(asyncio.Transport):
-    """Records writes; closing, aborting and reading are flags."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.out = bytearray()
-        self.closed = self.aborted = False
-        self.reading = True
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.out += data
-
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = self.aborted = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        self.reading = False
-
-    def resume_reading(self) -> None:
-        self.reading = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-    def frames(self) -> list[ServerFrame]:
-        """Every frame written so far (and forget them)."""
-        decoder = FrameDecoder(max_frame=1 << 24, side=Side.CLIENT)
-        frames = decoder.feed(bytes(self.out))
-        self.out.clear()
-        return frames  # type: ignore[return-value]
+def frames_of(t: FakeTransport) -> list[ServerFrame]:
+    """Every frame the connection wrote that the test has not read yet."""
+    decoder = FrameDecoder(max_frame=1 << 24, side=Side.CLIENT)
+    return decoder.feed(t.take())  # type: ignore[return-value]
 
 
 @pytest.fixture
@@ -97,7 +61,7 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
 
 def connect(node: Node) -> tuple[Connection, FakeTransport]:
     conn = node.protocol_factory()
-    transport = FakeTransport()
+    transport = FakeTransport(conn)
     conn.connection_made(transport)
     return conn, transport
 
@@ -109,7 +73,7 @@ async def logged_in(node: Node, uid: int = 7) -> tuple[Connection, FakeTransport
         if conn.active:
             break
         await asyncio.sleep(0.01)
-    (ok,) = t.frames()
+    (ok,) = frames_of(t)
     assert isinstance(ok, LoginOk)
     return conn, t
 
@@ -125,13 +89,13 @@ async def test_a_lone_ping_is_answered_pong(node: Node) -> None:
     conn, t = await logged_in(node)
     conn.data_received(encode(Ping()))
     conn.data_received(encode(Ping()) + encode(Ping()))  # two in one read: decoded
-    assert t.frames() == [Pong(), Pong(), Pong()]
+    assert frames_of(t) == [Pong(), Pong(), Pong()]
 
 
 async def test_a_frame_before_login_closes_with_not_logged_in(node: Node) -> None:
     conn, t = connect(node)
     conn.data_received(encode(Presence(5, (1, 2))))
-    (err,) = t.frames()
+    (err,) = frames_of(t)
     assert isinstance(err, Error) and err.code == ErrorCode.NOT_LOGGED_IN and err.rid == 5
     assert t.closed and conn.state == State.CLOSING
 
@@ -140,7 +104,7 @@ async def test_a_login_with_bad_fields_is_bad_request(node: Node) -> None:
     conn, t = connect(node)
     body = msgpack.packb([int(Op.LOGIN), 3, {"v": 1, "uid": "seven"}])  # uid: not an int
     conn.data_received(len(body).to_bytes(4, "big") + body)
-    (err,) = t.frames()
+    (err,) = frames_of(t)
     assert isinstance(err, Error) and err.code == ErrorCode.BAD_REQUEST and err.rid == 3
     assert t.closed
 
@@ -150,9 +114,9 @@ async def test_login_deadline(node: Node) -> None:
     deadline = conn.phase_deadline
     assert deadline == pytest.approx(node.loop.time() + node.config.login_timeout, abs=1)
     assert conn.on_timer(deadline - 1) == deadline  # not yet: look again then
-    assert t.frames() == []
+    assert frames_of(t) == []
     assert conn.on_timer(deadline) is None
-    (err,) = t.frames()
+    (err,) = frames_of(t)
     assert isinstance(err, Error) and err.code == ErrorCode.NOT_LOGGED_IN
     assert err.text == "login timeout" and t.closed
 
@@ -164,7 +128,7 @@ async def test_idle_connection_is_closed_without_a_frame(node: Node) -> None:
     assert nxt is not None and nxt <= idle_at
     assert not t.closed
     assert conn.on_timer(idle_at) is None
-    assert t.closed and t.frames() == [] and conn.state == State.CLOSING
+    assert t.closed and frames_of(t) == [] and conn.state == State.CLOSING
     assert conn.conn_id not in node.sessions  # no longer routed to
 
 
@@ -176,10 +140,10 @@ async def test_an_unfinished_frame_has_frame_timeout(node: Node) -> None:
     assert conn.phase_deadline == started + node.config.frame_timeout
     conn.data_received(frame[3:])  # completed in time: no deadline left
     assert conn.phase_deadline == 0.0
-    t.frames()
+    frames_of(t)
     conn.data_received(frame[:3])
     assert conn.on_timer(conn.phase_deadline) is None
-    (err,) = t.frames()
+    (err,) = frames_of(t)
     assert isinstance(err, Error) and err.code == ErrorCode.BAD_FRAME and t.closed
 
 
@@ -189,7 +153,7 @@ async def test_an_expired_token_is_kicked(node: Node) -> None:
     conn.last_rx = conn.token_deadline  # still talking: only the token ends it
     conn.last_renew = conn.token_deadline
     assert conn.on_timer(conn.token_deadline) is None
-    (kick,) = t.frames()
+    (kick,) = frames_of(t)
     assert isinstance(kick, Kick) and kick.reason == KickReason.AUTH_REVOKED
 
 
@@ -219,13 +183,13 @@ async def test_a_slow_consumer_queues_then_is_kicked(node: Node) -> None:
     conn.pause_writing()  # the transport is past its high-water mark
     hint = encode(SyncHint())
     conn.write(hint)
-    assert t.out == b""  # held in the node's backlog, not the transport
+    assert t.unread == b""  # held in the node's backlog, not the transport
     conn.resume_writing()
-    assert t.frames() == [SyncHint()]
+    assert frames_of(t) == [SyncHint()]
     conn.pause_writing()
     for _ in range(node.config.max_write_buffer // len(hint) + 1):
         conn.write(hint)
-    frames = t.frames()
+    frames = frames_of(t)
     assert len(frames) == 1 and isinstance(frames[0], Kick)
     assert frames[0].reason == KickReason.SLOW_CONSUMER  # the queue was dropped
     assert t.closed and conn not in node.backlog
@@ -239,7 +203,7 @@ async def test_over_the_op_budget_requests_are_refused_and_reading_pauses(node: 
     await asyncio.sleep(0.05)  # the refusals go out together at the iteration's end
     await node.settle()
     for _ in range(100):
-        frames = t.frames()
+        frames = frames_of(t)
         if frames:
             break
         await asyncio.sleep(0.01)
@@ -252,7 +216,7 @@ async def test_a_frame_over_max_frame_closes_with_bad_frame(node: Node) -> None:
     conn, t = await logged_in(node)
     too_big = node.config.max_frame + 1
     conn.data_received(too_big.to_bytes(4, "big") + b"\x00")
-    (err,) = t.frames()
+    (err,) = frames_of(t)
     assert isinstance(err, Error) and err.code == ErrorCode.FRAME_TOO_LARGE
     assert t.closed
 
@@ -260,7 +224,7 @@ async def test_a_frame_over_max_frame_closes_with_bad_frame(node: Node) -> None:
 async def test_a_second_login_of_the_device_kicks_the_first(node: Node) -> None:
     first, t1 = await logged_in(node)
     second, _ = await logged_in(node)
-    (kick,) = t1.frames()
+    (kick,) = frames_of(t1)
     assert isinstance(kick, Kick) and kick.reason == KickReason.DUPLICATE_LOGIN
     assert node.by_device[(7, "ios")] is second and first.conn_id not in node.sessions
 

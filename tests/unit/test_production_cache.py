@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from storage import production
+from storage.errors import CacheUnavailable, StoreUnavailable
 from storage.models import (
     AppendResult,
     AppendStatus,
@@ -23,7 +24,6 @@ from storage.models import (
     NewMessage,
     SentRecord,
     StoredMessage,
-    StoreUnavailable,
     SyncPage,
 )
 from storage.production import ProductionStore
@@ -143,7 +143,7 @@ class FakeRedisCache:
     def _call(self, name: str) -> None:
         self.calls.append(name)
         if self.down or name in self.failing:
-            raise StoreUnavailable(f"redis: {name}")
+            raise CacheUnavailable(f"redis: {name}")
 
     async def get_members(self, conv_id: int) -> MemberSnapshot | None:
         self._call("get_members")
@@ -198,7 +198,7 @@ class FakeRecent:
 
     async def range(self, conv_id: int, lo: int, hi: int) -> list[StoredMessage]:
         if self.down:
-            raise StoreUnavailable("redis: recent range")
+            raise CacheUnavailable("redis: recent range")
         held = self.held.get(conv_id, {})
         return [held[s] for s in sorted(held) if lo <= s <= hi]
 

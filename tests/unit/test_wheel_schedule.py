@@ -244,3 +244,56 @@ def test_a_copy_left_in_an_old_slot_is_dropped_when_that_slot_comes_round() -> N
     assert held(wheel) == 1 and e.woken == []
     loop.run_until(T0 + 4)
     assert held(wheel) == 0 and len(e.woken) == 1
+
+
+class Faulty:
+    def __init__(self) -> None:
+        self.timer_at = 0.0
+        self.timer_slot = 0
+
+    def on_timer(self, now: float) -> float | None:
+        raise RuntimeError("bug")
+
+
+def test_an_entry_that_raises_stops_neither_its_slot_nor_the_wheel() -> None:
+    errors: list[tuple[object, Exception]] = []
+    ticks: list[float] = []
+    loop = ManualClock(T0)
+    wheel = TimingWheel(
+        loop,  # type: ignore[arg-type]
+        tick_s=TICK,
+        slots=SLOTS,
+        on_tick=lambda: ticks.append(loop.now),
+        on_error=lambda entry, e: errors.append((entry, e)),
+    )
+    wheel.start()
+    bad, good, later = Faulty(), Conn(T0 + 1), Conn(T0 + 5)
+    wheel.schedule(bad, T0 + 1)
+    wheel.schedule(good, T0 + 1)  # the same slot, after the faulty entry
+    wheel.schedule(later, T0 + 5)
+    loop.advance(6)
+    assert [entry for entry, _ in errors] == [bad]
+    assert good.expired and later.expired  # the slot went on, and so did the wheel
+    assert bad.timer_at == 0.0  # left disarmed
+    assert ticks[-1] >= T0 + 5.75
+
+
+def test_a_raising_tick_does_not_stop_the_wheel() -> None:
+    errors: list[tuple[object, Exception]] = []
+
+    def tick() -> None:
+        raise RuntimeError("bug")
+
+    loop = ManualClock(T0)
+    wheel = TimingWheel(
+        loop,  # type: ignore[arg-type]
+        tick_s=TICK,
+        slots=SLOTS,
+        on_tick=tick,
+        on_error=lambda entry, e: errors.append((entry, e)),
+    )
+    wheel.start()
+    c = Conn(T0 + 2)
+    wheel.schedule(c, T0 + 2)
+    loop.advance(3)
+    assert c.expired and len(errors) >= 8 and errors[0][0] is None
