@@ -175,7 +175,7 @@ UNREAD_TYPES: Final = UNREAD_TYPES_SQL  # storage/rules.py, from protocol.ops
 
 def unread_counts(table: str, uid: int, ranges: Sequence[tuple[int, int, int]]) -> str:
     """Messages counting as unread for `uid` in (conv_id, read_seq, max_seq] ranges of
-    one shard: not the member's own, and only the types PROTOCOL.md counts; rows:
+    one shard: not the member's own, and only the types docs/protocol.md counts; rows:
     conv_id, count. Range scans of the (conv_id, seq) primary key."""
     cond = " OR ".join(
         f"(conv_id={int(c)} AND seq>{int(lo)} AND seq<={int(hi)})" for c, lo, hi in ranges

@@ -11,7 +11,7 @@ puts the Redis accelerator in front of it. Its parts, in storage/mysql/:
 - sync.py: SYNC pages, coalesced per event-loop iteration;
 - sql.py: SQL text built from literals; outbox.py: the transactional outbox.
 
-Seqs within a conversation follow commit order exactly (DESIGN.md's Redis-leased blocks
+Seqs within a conversation follow commit order exactly (the original design's Redis-leased blocks
 cannot give that across workers: two workers holding seqs 5 and 6 may commit 6 first;
 see docs/decisions.md).
 """
