@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import platform
 import secrets
@@ -14,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -51,6 +52,23 @@ def set_log_name(name: str) -> None:
 
 def log(msg: str) -> None:
     print(f"[{_NAME[0]} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def deadline_alarm(seconds: float, why: str) -> Iterator[None]:
+    """Raise TimeoutError(why) in the main thread after `seconds` (SIGALRM): the backstop
+    of a run whose every wait is bounded by its own deadline."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(why)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(max(1, math.ceil(seconds)))
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def run_generator(idx: int, main: Coroutine[Any, Any, None], out: Any) -> None:
