@@ -23,6 +23,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hdrh.histogram import HdrHistogram
 
+from bench.serve import ServeError, ServeProcess, free_port
+
 if TYPE_CHECKING:
     from bench.preload import Volume
 
@@ -118,12 +120,6 @@ def ms(hist: HdrHistogram, pct: float | None = None) -> float:
 
 
 # -- /proc -----------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def free_port_range(n: int, host: str = "127.0.0.1") -> int:
@@ -439,14 +435,15 @@ class Gateway:
             self.cache = self.fresh_cache = _with_query(
                 self.cache, prefix=f"imgwbench:{secrets.token_hex(4)}:"
             )
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.server: ServeProcess | None = None  # once started
+        self.proc: subprocess.Popen[bytes] | None = None  # its process, once started
         self.exit_code: int | None = None
         self.attached: list[int] = []
 
     @classmethod
     def attach(cls, pids: list[int]) -> Gateway:
         gw = cls.__new__(cls)
-        gw.proc, gw.attached, gw.exit_code = None, list(pids), None
+        gw.server, gw.proc, gw.attached, gw.exit_code = None, None, list(pids), None
         gw.fresh_db = gw.fresh_cache = None
         gw.store = gw.cache = ""
         return gw
@@ -489,8 +486,7 @@ class Gateway:
 
     def start(self, timeout: float) -> None:
         spec = self.spec
-        cmd = [
-            sys.executable, "-m", "gateway.cli", "serve",
+        args = [
             "--host", self.host, "--port", str(self.port),
             "--store", self.store, "--cache", self.cache, "--bus", spec.bus,
             "--data-dir", str(self.workdir / "data"),
@@ -500,31 +496,21 @@ class Gateway:
             "--hb", str(spec.hb), "--idle", str(spec.idle),
             *spec.extra,
         ]  # fmt: skip
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            # Its own session: a ^C here reaches the driver only, which then stops it.
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
+        # Its own session: a ^C here reaches the driver only, which then stops it.
+        server = ServeProcess(
+            args, host=self.host, port=self.port, log_path=self.log_path, new_session=True
+        )
         self.exit_code = None
-        deadline = time.monotonic() + timeout
         want = spec.workers + 1 if spec.workers > 1 else 1
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(
-                    f"gateway exited with status {self.proc.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                socket.create_connection((self.host, self.port), timeout=1).close()
-                if len(self.pids()) >= want:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise BenchError(f"gateway did not listen in {timeout:g} s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        try:
+            server.start(timeout, ready=lambda: len(self.pids()) >= want)
+        except ServeError as e:
+            raise BenchError(str(e)) from None
+        finally:
+            self.proc = server.proc
+        self.server = server
         log(
-            f"gateway pid {self.proc.pid} ({spec.workers} worker(s)) on {self.host}:{self.port}; "
+            f"gateway pid {server.pid} ({spec.workers} worker(s)) on {self.host}:{self.port}; "
             f"store {self.store}, cache {self.cache}, bus {spec.bus}"
         )
 
@@ -542,22 +528,23 @@ class Gateway:
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(30)
-            self.exit_code = self.proc.returncode
+        if self.server is not None:
+            self.server.kill()
+            self.exit_code = self.server.proc.returncode if self.server.proc else None
 
     def stop(self, timeout: float) -> int | None:
-        proc = self.proc
-        if proc is None or self.exit_code is not None:
+        """SIGTERM (a drain); SIGKILL to all its processes after `timeout` s."""
+        server = self.server
+        if server is None or server.proc is None or self.exit_code is not None:
             return self.exit_code
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        if server.running():
+            server.signal(signal.SIGTERM)
             try:
-                proc.wait(timeout)
+                server.wait(timeout)
             except subprocess.TimeoutExpired:
                 log("gateway did not exit after SIGTERM; killing it")
                 self.kill()
-        self.exit_code = proc.returncode
+        self.exit_code = server.proc.returncode
         return self.exit_code
 
     def cleanup(self) -> None:
@@ -577,7 +564,6 @@ class Gateway:
                 log(f"could not delete the bench's Redis keys: {e}")
 
     def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
+        if self.server is None:
             return "(no gateway log)"
+        return self.server.log_tail(n)
