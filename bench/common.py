@@ -436,17 +436,21 @@ class Gateway:
                 self.cache, prefix=f"imgwbench:{secrets.token_hex(4)}:"
             )
         self.server: ServeProcess | None = None  # once started
-        self.proc: subprocess.Popen[bytes] | None = None  # its process, once started
         self.exit_code: int | None = None
         self.attached: list[int] = []
 
     @classmethod
     def attach(cls, pids: list[int]) -> Gateway:
         gw = cls.__new__(cls)
-        gw.server, gw.proc, gw.attached, gw.exit_code = None, None, list(pids), None
+        gw.server, gw.attached, gw.exit_code = None, list(pids), None
         gw.fresh_db = gw.fresh_cache = None
         gw.store = gw.cache = ""
         return gw
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        """The `imgw serve` process, once started (None when attached)."""
+        return self.server.proc if self.server is not None else None
 
     def pids(self) -> list[int]:
         """The gateway's processes: the supervisor and its workers, or the attached."""
@@ -500,15 +504,12 @@ class Gateway:
         server = ServeProcess(
             args, host=self.host, port=self.port, log_path=self.log_path, new_session=True
         )
-        self.exit_code = None
+        self.server, self.exit_code = server, None
         want = spec.workers + 1 if spec.workers > 1 else 1
         try:
             server.start(timeout, ready=lambda: len(self.pids()) >= want)
         except ServeError as e:
             raise BenchError(str(e)) from None
-        finally:
-            self.proc = server.proc
-        self.server = server
         log(
             f"gateway pid {server.pid} ({spec.workers} worker(s)) on {self.host}:{self.port}; "
             f"store {self.store}, cache {self.cache}, bus {spec.bus}"
