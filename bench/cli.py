@@ -25,10 +25,9 @@ it, --addr HOST:PORT --token-key KID:SECRET names a running gateway, and --gatew
 from __future__ import annotations
 
 import argparse
-import json
 import signal
+import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +35,9 @@ from typing import Any
 
 from bench.common import BenchError, log, machine_info, set_log_name
 from bench.preload import DEFAULT_CONVERSATIONS, DEFAULT_MESSAGES, Volume
+from bench.send import CONNECT_CONCURRENCY, DRAIN_S
+from bench.send import SCENARIOS as SEND_SCENARIOS
+from bench.send import check as check_send
 
 SCENARIOS = ("connect", "chat", "group", "storm", "offline")
 
@@ -62,6 +64,8 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--gateway-arg", action="append", default=[], metavar="ARG",
         help="extra imgw serve argument, repeatable (--gateway-arg=--batch-max=256)",
     )  # fmt: skip
+    # Settings of bench.run.Run without flags here (python -m bench.send_bench has some).
+    p.set_defaults(gateway_port=0, gateway_log=None, metrics_url=None)
 
 
 def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:
@@ -90,6 +94,7 @@ def _rates(p: argparse.ArgumentParser, rate: float) -> None:
         help="generator processes (one per 15,000 frames/s sent and received, at least 1)",
     )  # fmt: skip
     p.add_argument("--content-size", type=int, default=64, help="message bytes (64)")
+    p.set_defaults(drain=DRAIN_S, connect_concurrency=CONNECT_CONCURRENCY, uid_base=0)
 
 
 def _volume(p: argparse.ArgumentParser) -> None:
@@ -128,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch = sub.add_parser("chat", help="p2p sends at open-loop rates: send→ACK and send→PUSH")
     _rates(ch, 1000)
     ch.add_argument("--pairs", type=int, help="user pairs (default: <= 10 msg/s per user)")
+    ch.set_defaults(group_size=2)
     gr = sub.add_parser("group", help="sends fanned out to groups")
     _rates(gr, 200)
     gr.add_argument("--group-size", type=int, default=20, help="members per group (20)")
@@ -172,6 +178,12 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
                 "pass --store mysql://root:@127.0.0.1:3306/ --cache redis://127.0.0.1:6379/0 "
                 "--bus amqp://guest:guest@127.0.0.1:5672/"
             )
+    if args.scenario in SEND_SCENARIOS:
+        if args.scenario == "group":
+            args.pairs = args.groups
+        error = check_send(args, "--pairs" if args.scenario == "chat" else "--groups")
+        if error:
+            p.error(error)
     # The gateway's heartbeat settings: idle connections must outlive the hold.
     args.gateway_hb = getattr(args, "hb", 30)
     args.gateway_idle = max(75, 2 * args.gateway_hb + 15)
@@ -184,8 +196,8 @@ def _default_timeout(args: argparse.Namespace) -> float:
         return float(args.connections / args.ramp + args.hold + 300 + args.connections / 2_000)
     if args.scenario == "storm":
         return float(2 * args.connections / args.ramp + 600 + args.connections / 1_000)
-    if args.scenario in ("chat", "group"):
-        steps = len(args.rates.split(",")) if args.rates else 1
+    if args.scenario in SEND_SCENARIOS:
+        steps = len(args.steps)
         return float(steps * (args.duration + args.warmup + 15) + 180 + _preload_s(args))
     return 900.0 + _preload_s(args)
 
@@ -204,12 +216,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.volume is not None and not args.no_empty_baseline:
         log("volume mode: the run on an empty store first, then on the preloaded one")
         volume, args.volume = args.volume, None
-        baseline, status = _scenario(args)
+        baseline, status = run_scenario(args)
         args.volume = volume
         if status != 0:
             log("the run on the empty store failed; the preloaded run follows anyway")
         log(f"now with {volume.messages:,} messages preloaded")
-    result, status = _scenario(args)
+    result, status = run_scenario(args)
     if baseline is not None:
         from bench.volume import compare
 
@@ -232,19 +244,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
-def _scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
-    if args.scenario in ("chat", "group"):
-        return _send_scenario(args)
-    return _holder_scenario(args)
-
-
-def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+def run_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    """Run scenario `args.scenario` once, on the gateway under test that `Run` spawns or
+    attaches to; its result and exit status."""
     from bench.connect import default_workers, run_connect, run_storm
     from bench.limits import raise_nofile
     from bench.offline import run_offline
     from bench.run import Run
+    from bench.send import run_send
 
-    raise_nofile()
+    raise_nofile()  # inherited by the gateway
+    send = args.scenario in SEND_SCENARIOS
     n = getattr(args, "connections", 0)
     workers = args.workers or default_workers(n, args.production)
     run = Run(args, workers)
@@ -258,13 +268,16 @@ def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     previous = signal.signal(signal.SIGTERM, _as_interrupt)
     try:
         run.start()
-        scenario = {"connect": run_connect, "storm": run_storm, "offline": run_offline}
+        scenario = {"connect": run_connect, "storm": run_storm, "offline": run_offline,
+                    "chat": run_send, "group": run_send}  # fmt: skip
         result.update(scenario[args.scenario](args, run))
     except KeyboardInterrupt:
         log("interrupted")
+        result.update(run.partial)
         result["error"], status = "interrupted", 130
-    except (BenchError, OSError, TimeoutError) as e:
+    except (BenchError, OSError, TimeoutError, subprocess.SubprocessError) as e:
         log(f"failed: {e}")
+        result.update(run.partial)
         result["error"], status = str(e), 1
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -273,6 +286,12 @@ def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
         result.update(run.finish(status))
         if pids:
             result["gateway_pids"] = pids
+    if send:
+        # A gateway that does not exit cleanly after the sends fails the run.
+        if result.get("gateway_exit_code") not in (0, None):
+            status = status or 1
+        result.setdefault("gateway_pids", [])
+        return result, status
     result["duration_s"] = round(time.monotonic() - started, 1)
     result["timeline"] = run.timeline
     result.setdefault("connections_target", n or None)
@@ -284,79 +303,6 @@ def _holder_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
 
 def _as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-def _send_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
-    """chat and group run bench.send_bench (open loop, per-process pacing timer,
-    HdrHistograms merged across processes); its result is reshaped here."""
-    from bench import send_bench
-
-    group = args.scenario == "group"
-    size = args.group_size if group else 2
-    top = max(float(r) for r in (args.rates or str(args.rate)).split(","))
-    procs = args.procs or send_bench.default_procs(top, size)
-    argv = ["--group-size", str(size), "--procs", str(procs)]
-    argv += ["--duration", str(args.duration), "--warmup", str(args.warmup)]
-    argv += ["--content-size", str(args.content_size), "--timeout", str(args.timeout)]
-    argv += ["--rates", args.rates] if args.rates else ["--rate", str(args.rate)]
-    units = args.groups if group else args.pairs
-    if units:
-        argv += ["--pairs", str(units)]
-    elif group:
-        argv += ["--pairs", str(max(procs, int(top / (10 * size)) + 1))]
-    if args.spawn_gateway:
-        argv.append("--spawn-gateway")
-        argv += ["--store", args.store] if args.store else ["--embedded"]
-        for flag in ("cache", "bus", "workers"):
-            if getattr(args, flag):
-                argv += [f"--{flag}", str(getattr(args, flag))]
-        argv += ["--shards", str(args.shards)]
-        if args.keep_data:
-            argv.append("--keep-db")
-        if args.volume is not None:
-            argv += ["--preload", str(args.volume.messages)]
-            argv += ["--preload-convs", str(args.volume.conversations)]
-        argv += [f"--gateway-arg={a}" for a in args.gateway_arg]
-    else:
-        argv += ["--addr", args.addr, "--token-key", args.token_key]
-        for pid in args.gateway_pid or ():
-            argv += ["--gateway-pid", str(pid)]
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "send.json"
-        status = send_bench.main([*argv, "--json", str(out)])
-        raw: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
-    return reshape_send(raw, size), status
-
-
-def _shape_step(step: dict[str, Any]) -> dict[str, Any]:
-    errors = step.get("errors") or {}
-    return {**step, "errors": sum(errors.values()), "errors_by_code": errors}
-
-
-def reshape_send(raw: dict[str, Any], group_size: int) -> dict[str, Any]:
-    steps = [_shape_step(s) for s in raw.get("steps", [])]
-    last = steps[-1] if steps else {}
-    n = group_size * int(raw.get("pairs") or 0)
-    rss = last.get("gateway_rss_bytes")
-    gen_rss = last.get("loadgen_rss_bytes")
-    closed = int(last.get("closed_connections") or 0)
-    result = {
-        "connections_target": n,
-        "connections_held": n - closed if steps else 0,
-        "drops": closed,
-        "group_size": group_size,
-        "conversations": raw.get("pairs"),
-        "gateway_workers": raw.get("backend", {}).get("workers", 1),
-        **{k: v for k, v in raw.items() if k not in ("steps", "scenario", "command", "machine")},
-        **{k: v for k, v in last.items() if k != "step"},
-        "steps": steps,
-        "gateway_rss_per_conn_bytes": round(rss / n) if rss and n else None,
-        "generator_rss_per_conn_bytes": round(gen_rss / n) if gen_rss and n else None,
-    }
-    result.setdefault("gateway_pids", [])
-    if "error" in raw:
-        result["error"] = raw["error"]
-    return result
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import platform
 import secrets
@@ -14,13 +15,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from hdrh.histogram import HdrHistogram
+
+from bench.serve import ServeError, ServeProcess, free_port
 
 if TYPE_CHECKING:
     from bench.preload import Volume
@@ -51,6 +54,23 @@ def set_log_name(name: str) -> None:
 
 def log(msg: str) -> None:
     print(f"[{_NAME[0]} {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def deadline_alarm(seconds: float, why: str) -> Iterator[None]:
+    """Raise TimeoutError(why) in the main thread after `seconds` (SIGALRM): the backstop
+    of a run whose every wait is bounded by its own deadline."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise TimeoutError(why)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(max(1, math.ceil(seconds)))
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def run_generator(idx: int, main: Coroutine[Any, Any, None], out: Any) -> None:
@@ -100,12 +120,6 @@ def ms(hist: HdrHistogram, pct: float | None = None) -> float:
 
 
 # -- /proc -----------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def free_port_range(n: int, host: str = "127.0.0.1") -> int:
@@ -421,17 +435,22 @@ class Gateway:
             self.cache = self.fresh_cache = _with_query(
                 self.cache, prefix=f"imgwbench:{secrets.token_hex(4)}:"
             )
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.server: ServeProcess | None = None  # once started
         self.exit_code: int | None = None
         self.attached: list[int] = []
 
     @classmethod
     def attach(cls, pids: list[int]) -> Gateway:
         gw = cls.__new__(cls)
-        gw.proc, gw.attached, gw.exit_code = None, list(pids), None
+        gw.server, gw.attached, gw.exit_code = None, list(pids), None
         gw.fresh_db = gw.fresh_cache = None
         gw.store = gw.cache = ""
         return gw
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        """The `imgw serve` process, once started (None when attached)."""
+        return self.server.proc if self.server is not None else None
 
     def pids(self) -> list[int]:
         """The gateway's processes: the supervisor and its workers, or the attached."""
@@ -471,8 +490,7 @@ class Gateway:
 
     def start(self, timeout: float) -> None:
         spec = self.spec
-        cmd = [
-            sys.executable, "-m", "gateway.cli", "serve",
+        args = [
             "--host", self.host, "--port", str(self.port),
             "--store", self.store, "--cache", self.cache, "--bus", spec.bus,
             "--data-dir", str(self.workdir / "data"),
@@ -482,31 +500,18 @@ class Gateway:
             "--hb", str(spec.hb), "--idle", str(spec.idle),
             *spec.extra,
         ]  # fmt: skip
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as out:
-            # Its own session: a ^C here reaches the driver only, which then stops it.
-            self.proc = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-            )
-        self.exit_code = None
-        deadline = time.monotonic() + timeout
+        # Its own session: a ^C here reaches the driver only, which then stops it.
+        server = ServeProcess(
+            args, host=self.host, port=self.port, log_path=self.log_path, new_session=True
+        )
+        self.server, self.exit_code = server, None
         want = spec.workers + 1 if spec.workers > 1 else 1
-        while True:
-            if self.proc.poll() is not None:
-                raise BenchError(
-                    f"gateway exited with status {self.proc.returncode}:\n{self.log_tail()}"
-                )
-            try:
-                socket.create_connection((self.host, self.port), timeout=1).close()
-                if len(self.pids()) >= want:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise BenchError(f"gateway did not listen in {timeout:g} s:\n{self.log_tail()}")
-            time.sleep(0.05)
+        try:
+            server.start(timeout, ready=lambda: len(self.pids()) >= want)
+        except ServeError as e:
+            raise BenchError(str(e)) from None
         log(
-            f"gateway pid {self.proc.pid} ({spec.workers} worker(s)) on {self.host}:{self.port}; "
+            f"gateway pid {server.pid} ({spec.workers} worker(s)) on {self.host}:{self.port}; "
             f"store {self.store}, cache {self.cache}, bus {spec.bus}"
         )
 
@@ -524,22 +529,23 @@ class Gateway:
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if self.proc is not None:
-            self.proc.wait(30)
-            self.exit_code = self.proc.returncode
+        if self.server is not None:
+            self.server.kill()
+            self.exit_code = self.server.proc.returncode if self.server.proc else None
 
     def stop(self, timeout: float) -> int | None:
-        proc = self.proc
-        if proc is None or self.exit_code is not None:
+        """SIGTERM (a drain); SIGKILL to all its processes after `timeout` s."""
+        server = self.server
+        if server is None or server.proc is None or self.exit_code is not None:
             return self.exit_code
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
+        if server.running():
+            server.signal(signal.SIGTERM)
             try:
-                proc.wait(timeout)
+                server.wait(timeout)
             except subprocess.TimeoutExpired:
                 log("gateway did not exit after SIGTERM; killing it")
                 self.kill()
-        self.exit_code = proc.returncode
+        self.exit_code = server.proc.returncode
         return self.exit_code
 
     def cleanup(self) -> None:
@@ -559,7 +565,6 @@ class Gateway:
                 log(f"could not delete the bench's Redis keys: {e}")
 
     def log_tail(self, n: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
+        if self.server is None:
             return "(no gateway log)"
+        return self.server.log_tail(n)

@@ -27,18 +27,15 @@ import errno
 import random
 import socket
 import ssl
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgpack
-
 from bench.common import proc_rss, run_generator
+from bench.loadclient import PING, login_frame, raw_frames
 from protocol.codec import encode
-from protocol.frames import Login, Ping, Pong, Sync
+from protocol.frames import Pong, Sync
 from protocol.ops import ErrorCode, KickReason, Op
-from protocol.token import sign_token
 
 DEVICE: Final = "b"
 TICK_S: Final = 0.05
@@ -47,9 +44,7 @@ CONNECT_TRIES: Final = 5
 FIRST_PORT: Final = 1024  # source ports this process picks from: 1024..65535
 PORTS: Final = 65536 - FIRST_PORT
 PORT_TRIES: Final = 64
-_PING: Final = encode(Ping())
 _PONG: Final = encode(Pong())
-_LEN: Final = struct.Struct(">I")
 # Connection states.
 IDLE, CONNECTING, LOGGING_IN, SYNCING, HELD = range(5)
 
@@ -98,15 +93,9 @@ class Held(asyncio.Protocol):
         if data == _PONG and not self.buf:
             self.gen.pongs += 1
             return  # the common case, ~33,000 a second at 1M connections: no decoding
-        buf = self.buf + data if self.buf else data
-        while len(buf) >= 4:
-            (n,) = _LEN.unpack_from(buf)
-            if len(buf) < 4 + n:
-                break
-            frame = msgpack.unpackb(buf[4 : 4 + n])
-            buf = buf[4 + n :]
+        frames, self.buf = raw_frames(self.buf + data if self.buf else data)
+        for frame in frames:
             self.gen.on_frame(self, frame)
-        self.buf = buf
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -147,9 +136,8 @@ class Holders:
         self.next_port = FIRST_PORT + random.randrange(PORTS)
 
     def login_frame(self, i: int) -> bytes:
-        uid = self.spec.uid0 + i
-        token = sign_token(self.spec.kid, self.spec.secret, uid, DEVICE, self.exp)
-        return encode(Login(1, 1, uid, DEVICE, token))
+        spec = self.spec
+        return login_frame(spec.kid, spec.secret, spec.uid0 + i, DEVICE, self.exp)
 
     def count(self, table: dict[str, int], key: str) -> None:
         table[key] = table.get(key, 0) + 1
@@ -311,7 +299,7 @@ class Holders:
                 for i in range(sec % spec.hb_s, spec.count, spec.hb_s):
                     conn = conns[i]
                     if conn.state >= SYNCING and conn.transport is not None:
-                        conn.transport.write(_PING)
+                        conn.transport.write(PING)
             last_hb_second = second
             if now - last_report >= REPORT_EVERY_S:
                 last_report = now

@@ -20,33 +20,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import hashlib
-import hmac
 import json
 import multiprocessing as mp
 import os
 import queue
-import signal
 import socket
 import statistics
-import struct
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-import msgpack
-
+from bench.common import log, run_generator, set_log_name
 from bench.limits import raise_nofile
+from bench.loadclient import login_frame, raw_frames
+from bench.serve import ServeError, ServeProcess, free_port
+from protocol.ops import Op
 
 KID = "bench"
 SECRET = "bench-idle-rss-secret"
 UID_BASE = 1_000_000
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-LOGIN, LOGIN_OK, ERROR = 1, 2, 127
 IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)  # Linux
 
 
@@ -91,20 +87,6 @@ def meminfo() -> dict[str, int]:
     return out
 
 
-def make_token(uid: int, device: str, exp: int) -> str:
-    signed = f"v1.{KID}.{uid}.{device}.{exp}"
-    mac = hmac.new(SECRET.encode(), signed.encode(), hashlib.sha256).digest()
-    return f"{signed}.{base64.urlsafe_b64encode(mac).rstrip(b'=').decode()}"
-
-
-def login_frame(uid: int, exp: int) -> bytes:
-    body = msgpack.packb(
-        [LOGIN, 1, {"v": 1, "uid": uid, "device": "b", "token": make_token(uid, "b", exp)}],
-        use_bin_type=True,
-    )
-    return struct.pack(">I", len(body)) + body
-
-
 # --- Generator process ---------------------------------------------------------------
 
 
@@ -127,15 +109,11 @@ class Client(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.done.done():
             return  # nothing else is expected while idle; ignore it
-        self.buf += data
-        if len(self.buf) < 4:
+        frames, self.buf = raw_frames(self.buf + data)
+        if not frames:
             return
-        (n,) = struct.unpack(">I", self.buf[:4])
-        if len(self.buf) < 4 + n:
-            return
-        frame = msgpack.unpackb(self.buf[4 : 4 + n], raw=False)
-        self.buf = b""
-        if frame[0] == LOGIN_OK:
+        frame = frames[0]
+        if frame[0] == Op.LOGIN_OK:
             self.done.set_result(None)
         else:
             self.done.set_exception(RuntimeError(f"login refused: {frame!r}"))
@@ -166,7 +144,7 @@ async def _generate(
     async def one(i: int) -> None:
         async with sem:
             done: asyncio.Future[None] = loop.create_future()
-            frame = login_frame(uid0 + i, exp)
+            frame = login_frame(KID, SECRET, uid0 + i, "b", exp)
             for attempt in range(5):
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 try:
@@ -216,6 +194,7 @@ async def _generate(
         if c.transport is not None:
             c.transport.close()
     await asyncio.sleep(0.5)  # let the closes go out
+    q.put(("closed", idx))
 
 
 def generator_main(
@@ -230,47 +209,12 @@ def generator_main(
     q: Any,
     stop: Any,
 ) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver handles ^C
-    raise_nofile()
-    try:
-        import uvloop
-
-        runner = uvloop.run
-    except ImportError:  # pragma: no cover
-        runner = asyncio.run
-    try:
-        runner(_generate(idx, count, uid0, host, port, src_ip, concurrency, deadline, q, stop))
-        q.put(("closed", idx))
-    except BaseException as e:
-        q.put(("error", idx, f"{type(e).__name__}: {e}"))
-        raise SystemExit(1) from None
+    run_generator(
+        idx, _generate(idx, count, uid0, host, port, src_ip, concurrency, deadline, q, stop), q
+    )
 
 
 # --- Driver ---------------------------------------------------------------------------
-
-
-def log(msg: str) -> None:
-    print(f"[idle_rss {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def wait_listening(proc: subprocess.Popen[bytes], host: str, port: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gateway exited with status {proc.returncode}")
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise RuntimeError("gateway did not start listening") from None
-            time.sleep(0.05)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -317,36 +261,19 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
     result["durations"] = durations
 
     with tempfile.TemporaryDirectory(prefix="imgw-idle-rss-") as tmp:
-        cmd = [
-            sys.executable,
-            "-m",
-            "gateway.cli",
-            "serve",
-            "--host",
-            args.host,
-            "--port",
-            str(port),
-            "--data-dir",
-            tmp,
-            "--token-key",
-            f"{KID}:{SECRET}",
-            "--idle",
-            "600",
-            "--hb",
-            "300",
-            "--login-timeout",
-            "60",
-            "--log-level",
-            "warning",
-            *args.gateway_arg,
-        ]
-        gw_log = open(os.path.join(tmp, "gateway.log"), "wb")  # noqa: SIM115
-        gw = subprocess.Popen(cmd, stdout=gw_log, stderr=subprocess.STDOUT)
+        gw = ServeProcess(
+            [
+                "--host", args.host, "--port", str(port), "--data-dir", tmp,
+                "--token-key", f"{KID}:{SECRET}", "--idle", "600", "--hb", "300",
+                "--login-timeout", "60", "--log-level", "warning", *args.gateway_arg,
+            ],
+            host=args.host, port=port, log_path=Path(tmp) / "gateway.log",
+        )  # fmt: skip
         ctx = mp.get_context("spawn")
         procs: list[Any] = []
         stop = ctx.Event()
         try:
-            wait_listening(gw, args.host, port, min(30.0, deadline - time.monotonic()))
+            gw.start(min(30.0, deadline - time.monotonic()))
             durations["gateway_start_s"] = time.monotonic() - t_start
             time.sleep(max(0.0, min(args.baseline_settle, deadline - time.monotonic())))
             baseline = rss(gw.pid)
@@ -394,8 +321,8 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
                         ready[idx] = (msg[2], msg[3], msg[4])
                     elif kind == "error":
                         raise RuntimeError(f"generator {idx}: {msg[2]}")
-                if gw.poll() is not None:
-                    raise RuntimeError(f"gateway exited with status {gw.returncode}")
+                if not gw.running():
+                    raise RuntimeError(f"gateway exited:\n{gw.log_tail()}")
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
                     raise RuntimeError(f"generator exited with status {dead[0].exitcode}")
@@ -457,34 +384,23 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
                     pr.join()
             durations["close_s"] = time.monotonic() - t_close
             t_stop = time.monotonic()
-            rc = None
-            if gw.poll() is None:
-                gw.send_signal(signal.SIGTERM)
-                try:
-                    rc = gw.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    gw.kill()
-                    rc = gw.wait()
-            else:
-                rc = gw.returncode
+            rc = gw.stop(30) if gw.proc is not None else None
             durations["gateway_stop_s"] = time.monotonic() - t_stop
             result["gateway_exit_status"] = rc
-            gw_log.close()
             if rc != 0:
-                with open(os.path.join(tmp, "gateway.log"), "rb") as f:
-                    tail = f.read()[-4000:].decode(errors="replace")
-                log(f"gateway exit status {rc}; log tail:\n{tail}")
+                log(f"gateway exit status {rc}; log tail:\n{gw.log_tail()}")
     durations["total_s"] = time.monotonic() - t_start
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    set_log_name("idle_rss")
     result: dict[str, Any] = {}
     status = 0
     try:
         run(args, result)
-    except (RuntimeError, TimeoutError) as e:
+    except (RuntimeError, TimeoutError, ServeError) as e:
         log(f"failed: {e}")
         result["error"] = str(e)
         status = 1

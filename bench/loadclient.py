@@ -11,7 +11,9 @@ intended send time of each message travels in the first 8 bytes of its content, 
 receiver measures the PUSH latency without any shared state with the sender.
 
 This is deliberately not `gateway.client`: no reconnects, no sync, no inbox — just
-enough protocol to measure the send path.
+enough protocol to measure the send path. The framing and login helpers below serve the
+leaner generators too (bench.holders, bench.idle_rss), which keep one slotted object per
+connection and decode only the few frames they wait for.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
+
+import msgpack
 
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
@@ -38,12 +42,33 @@ from protocol.frames import (
     SendAck,
 )
 from protocol.ops import ErrorCode, KickReason
+from protocol.token import sign_token
 
 STAMP: Final = struct.Struct(">Q")
 """Content prefix: the intended send time (monotonic ns) of the message."""
 
-_PING: Final = encode(Ping())
+PING: Final = encode(Ping())
 _MSG_TEXT: Final = 1
+_LEN: Final = struct.Struct(">I")
+
+
+def login_frame(kid: str, secret: str, uid: int, device: str, exp: int, rid: int = 1) -> bytes:
+    """A LOGIN frame for (`uid`, `device`) with a token signed by `kid:secret`."""
+    return encode(Login(rid, 1, uid, device, sign_token(kid, secret, uid, device, exp)))
+
+
+def raw_frames(buf: bytes) -> tuple[list[list[Any]], bytes]:
+    """The complete frames at the start of `buf`, each as its msgpack array (op first),
+    and the bytes left over: for clients that look at a frame's op and a field or two
+    and want no frame objects."""
+    frames: list[list[Any]] = []
+    while len(buf) >= 4:
+        (n,) = _LEN.unpack_from(buf)
+        if len(buf) < 4 + n:
+            break
+        frames.append(msgpack.unpackb(buf[4 : 4 + n]))
+        buf = buf[4 + n :]
+    return frames, buf
 
 
 def error_name(code: int) -> str:
@@ -163,7 +188,7 @@ class LoadConnection(asyncio.Protocol):
 
     def ping(self) -> None:
         if not self.closed and self.transport is not None:
-            self.transport.write(_PING)
+            self.transport.write(PING)
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

@@ -2,7 +2,7 @@
 
 `--receivers` users each have a peer who, while they are offline, sends them
 `--messages` messages (acked, so durable). Then every receiver logs in at once and
-catches up as PROTOCOL.md says a client must: SYNC (every page), then PULL each
+catches up as docs/protocol.md says a client must: SYNC (every page), then PULL each
 conversation whose max_seq is above what it holds, page by page. Measured per receiver:
 login to fully caught up. Checked: every message arrives exactly once.
 """

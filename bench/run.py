@@ -4,6 +4,7 @@ its processes, and the timeline that the charts are drawn from."""
 from __future__ import annotations
 
 import argparse
+import functools
 import secrets
 import shutil
 import tempfile
@@ -44,6 +45,9 @@ class Run:
         self.gateway: Gateway | None = None
         self.workers = workers
         self.preloaded: dict[str, Any] | None = None
+        # What the scenario measured so far: kept in the result when a later part fails.
+        self.partial: dict[str, Any] = {}
+        self.metrics_url: str | None = args.metrics_url  # the gateway's /metrics, if known
         if args.spawn_gateway:
             self.kid, self.secret = "bench", secrets.token_hex(16)
             extra = list(args.gateway_arg)
@@ -53,10 +57,12 @@ class Run:
                 store=args.store, cache=args.cache or "memory://", bus=args.bus or "local://",
                 workers=workers, shards=args.shards, hb=args.gateway_hb,
                 idle=args.gateway_idle, extra=extra, keep_data=args.keep_data,
-                preload=getattr(args, "volume", None),
+                preload=getattr(args, "volume", None), port=args.gateway_port,
+                log_path=args.gateway_log,
             )  # fmt: skip
             self.gateway = Gateway(spec, self.workdir, self.kid, self.secret)
             self.host, self.port = self.gateway.host, self.gateway.port
+            self.metrics_url = self.gateway.metrics_url
         else:
             host, _, port = args.addr.rpartition(":")
             self.host, self.port = host or "127.0.0.1", int(port)
@@ -73,12 +79,18 @@ class Run:
             gw.start(timeout=120 + 2 * self.workers)
         if gw is not None:
             self.sampler.watch("gateway", gw.pids)
-            if gw.store.startswith("mysql://"):
-                db = find_pid("mariadbd", "mysqld")
-                if db is not None:
-                    self.sampler.watch("mariadb", lambda: [db])
         elif not self.args.spawn_gateway:
             log("no --gateway-pid: the gateway's memory and CPU are not sampled")
+        # A local MariaDB or Redis serves the gateway: sample them too.
+        store = gw.store if gw is not None and gw.store else self.args.store or ""
+        cache = gw.cache if gw is not None and gw.cache else self.args.cache or ""
+        for name, used, comms in (
+            ("mariadb", store.startswith("mysql://"), ("mariadbd", "mysqld")),
+            ("redis", cache.startswith("redis://"), ("redis-server",)),
+        ):
+            pid = find_pid(*comms) if used else None
+            if pid is not None:
+                self.sampler.watch(name, functools.partial(list, (pid,)))
         self.sample(force=True)
 
     def sample(self, force: bool = False) -> None:

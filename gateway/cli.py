@@ -1,14 +1,20 @@
-"""The `imgw` command: serve, token, chat."""
+"""The `imgw` command: serve, token, db, drain, revoke, chat; and the commands other
+packages add (entry points of group `imgw.commands`, e.g. `imgw bench` from the
+optional extra imgw[bench]), which this module never imports until they are run."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
+import importlib.metadata
 import math
 import os
 import sys
 import time
+import tomllib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Final
 
 from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
@@ -246,6 +252,68 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- plugin commands --------------------------------------------------------------------
+
+PLUGIN_GROUP: Final = "imgw.commands"
+BUILTIN_COMMANDS: Final = frozenset({"serve", "token", "db", "drain", "revoke", "chat"})
+KNOWN_PLUGINS: Final = {
+    # name: (its help in `imgw --help`, the extra of imgw that installs it)
+    "bench": ("load the gateway: connect, chat, group, storm, offline", "bench"),
+}
+"""Plugin commands listed by `imgw --help` even when not installed, so that running one
+says what to install."""
+
+
+def plugin_commands() -> dict[str, importlib.metadata.EntryPoint]:
+    """The commands other packages add to `imgw`: entry points of group `imgw.commands`,
+    each `name = "module:function [extra]"`; the function takes the arguments after
+    the command's name and returns the exit status. In a source checkout, the table in
+    its pyproject.toml counts too (and wins): an editable install's metadata is only as
+    new as its last `pip install -e`."""
+    found = {ep.name: ep for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+    found.update(_checkout_plugins())
+    return {name: ep for name, ep in found.items() if name not in BUILTIN_COMMANDS}
+
+
+def _checkout_plugins() -> dict[str, importlib.metadata.EntryPoint]:
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    try:
+        with pyproject.open("rb") as f:
+            project = tomllib.load(f).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+    if project.get("name") != "imgw":
+        return {}
+    table = project.get("entry-points", {}).get(PLUGIN_GROUP, {})
+    return {
+        name: importlib.metadata.EntryPoint(name, value, PLUGIN_GROUP)
+        for name, value in table.items()
+        if isinstance(value, str)
+    }
+
+
+def run_plugin(name: str, argv: Sequence[str]) -> int:
+    """Run plugin command `name` with `argv` (its own parser, options and --help
+    included); when it is not installed, say what to install."""
+    ep = plugin_commands().get(name)
+    extra = KNOWN_PLUGINS[name][1] if name in KNOWN_PLUGINS else ",".join(ep.extras if ep else ())
+    hint = (
+        f"; install it: pip install 'imgw[{extra}]' (in a checkout: pip install -e '.[{extra}]')"
+        if extra
+        else ""
+    )
+    if ep is None:
+        print(f"imgw {name}: not installed{hint}", file=sys.stderr)
+        return 2
+    try:
+        command = ep.load()
+    except ImportError as e:
+        print(f"imgw {name}: cannot load {ep.value} ({e}){hint}", file=sys.stderr)
+        return 2
+    rc: int = command(list(argv))
+    return rc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="imgw", description=_DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
@@ -324,8 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("--admin-token", help="the node's admin token (env IMGW_ADMIN_TOKEN)")
     revoke.set_defaults(func=cmd_revoke)
 
-    # Listed here for `imgw --help`; main() hands `imgw bench ...` to bench.cli whole.
-    sub.add_parser("bench", help="load the gateway: connect, chat, group, storm, offline")
+    # Listed for `imgw --help` only; main() hands `imgw NAME ...` to the plugin whole.
+    for name in sorted(set(KNOWN_PLUGINS) | set(plugin_commands())):
+        about = KNOWN_PLUGINS[name][0] if name in KNOWN_PLUGINS else "(plugin command)"
+        sub.add_parser(name, help=about, add_help=False)
 
     from gateway import chat
 
@@ -337,10 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:  # its own parser, options and --help included
-        from bench.cli import main as bench_main
-
-        return bench_main(argv[1:])
+    name = argv[0] if argv else ""
+    if name not in BUILTIN_COMMANDS and (name in KNOWN_PLUGINS or name in plugin_commands()):
+        return run_plugin(name, argv[1:])  # its own parser, options and --help included
     args = build_parser().parse_args(argv)
     rc: int = args.func(args)
     return rc

@@ -13,7 +13,6 @@ import contextlib
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import msgpack
 import pytest
 import uvloop
 
+from bench.serve import ServeProcess, free_port
 from gateway.chat import render
 from gateway.client import (
     Client,
@@ -72,13 +72,6 @@ def token(uid: int, device: str, secret: str = SECRET) -> str:
     return sign_token(KID, secret, uid, device, int(time.time()) + 3600)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 class Gateway:
     """An `imgw serve` subprocess on the embedded store."""
 
@@ -86,42 +79,26 @@ class Gateway:
         self.port = port or free_port()
         self.data_dir = data_dir
         self.addr = f"127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir / "gateway.log"
+        self.server = ServeProcess(
+            [
+                "--port", str(self.port), "--data-dir", str(data_dir),
+                "--token-key", KEY, "--hb", "2", "--idle", "6",
+            ],
+            port=self.port, log_path=self.log_path, cwd=ROOT,
+        )  # fmt: skip
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port),
-            "--data-dir", str(self.data_dir), "--token-key", KEY, "--hb", "2", "--idle", "6",
-        ]  # fmt: skip
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited {self.proc.returncode}: {self.log()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return
-            except OSError:
-                time.sleep(0.05)  # polling a port that has no event to await
-        raise RuntimeError(f"gateway did not listen on {self.port}: {self.log()}")
+        self.server.start(30)
 
     def stop(self) -> int:
         """SIGTERM; the exit status."""
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        finally:
-            self.proc = None
+        self.server.signal(signal.SIGTERM)
+        return self.server.wait(30)
 
     def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+        self.server.kill()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-3000:]

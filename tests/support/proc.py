@@ -1,23 +1,16 @@
-"""Gateways as real processes, for restarts, kills and signals."""
+"""Gateways as real processes, for restarts, kills and signals (on bench.serve, the one
+helper that starts `imgw serve` for the bench and the tests)."""
 
 from __future__ import annotations
 
-import os
-import resource
 import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
+from bench.serve import ServeProcess, free_port
 from tests.support.wire import TOKEN_KEY
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["GatewayProcess", "free_port"]
 
 
 class GatewayProcess:
@@ -28,47 +21,32 @@ class GatewayProcess:
         self.port = port or free_port()
         self.extra = extra
         self.nofile = nofile  # the child's open-file limit (soft and hard)
-        self.proc: subprocess.Popen[bytes] | None = None
         self.log = data_dir.parent / f"gateway-{self.port}.log"
+        self.server = ServeProcess(
+            [
+                "--port", str(self.port), "--data-dir", str(data_dir),
+                "--token-key", TOKEN_KEY, "--node-id", "proc", *extra,
+            ],
+            port=self.port, log_path=self.log, nofile=nofile,
+        )  # fmt: skip
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.server.proc
 
     def start(self, timeout: float = 15.0) -> GatewayProcess:
-        cmd = [
-            sys.executable, "-m", "gateway.cli", "serve", "--port", str(self.port),
-            "--data-dir", str(self.data_dir), "--token-key", TOKEN_KEY, "--node-id", "proc",
-            *self.extra,
-        ]  # fmt: skip
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self._limits
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"gateway exited {self.proc.returncode}: {self.log.read_text()}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"gateway did not listen on {self.port}: {self.log.read_text()}")
-
-    def _limits(self) -> None:
-        if self.nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        self.server.start(timeout)
+        return self
 
     def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
+        self.server.signal(sig)
 
     def wait(self, timeout: float = 15.0) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout)
+        return self.server.wait(timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.server.kill()
 
     def stop(self) -> int:
         """SIGTERM and wait: the exit status."""

@@ -1,0 +1,129 @@
+"""An `imgw serve` subprocess: the one way the bench (bench.common.Gateway,
+bench.idle_rss) and the tests (tests/support/proc.py and the fixtures built on it) start
+a gateway. Its output goes to a log file; it is ready once its port accepts (and an
+optional check agrees); it is stopped with SIGTERM, killed if it does not exit.
+
+Standard library only: tests import it without the bench's own dependencies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+
+class ServeError(RuntimeError):
+    """The gateway exited, or did not listen in time; the message holds its log's tail."""
+
+
+def serve_command(*args: str) -> list[str]:
+    """`imgw serve ARGS` in this interpreter, whichever checkout is on its path."""
+    return [sys.executable, "-m", "gateway.cli", "serve", *args]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class ServeProcess:
+    """`imgw serve ARGS` on `host:port` (ARGS must make it listen there)."""
+
+    def __init__(
+        self,
+        args: Sequence[str],
+        *,
+        port: int,
+        log_path: Path,
+        host: str = "127.0.0.1",
+        nofile: int | None = None,
+        new_session: bool = False,
+        cwd: Path | None = None,
+    ) -> None:
+        self.args = list(args)
+        self.host, self.port = host, port
+        self.log_path = log_path
+        self.nofile = nofile  # the child's open-file limit (soft and hard)
+        self.new_session = new_session  # its own session: a ^C here does not reach it
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float, ready: Callable[[], bool] | None = None) -> None:
+        """Start it and wait until its port accepts and `ready()` (if given) is true."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                serve_command(*self.args), stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=self.new_session, cwd=self.cwd,
+                preexec_fn=self._limits if self.nofile is not None else None,
+            )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise ServeError(
+                    f"gateway exited with status {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                socket.create_connection((self.host, self.port), timeout=0.5).close()
+                if ready is None or ready():
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServeError(
+                    f"gateway did not listen on {self.host}:{self.port} in {timeout:g} s:\n"
+                    f"{self.log_tail()}"
+                )
+            time.sleep(0.05)  # polling a port that has no event to await
+
+    def _limits(self) -> None:
+        assert self.nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.wait(timeout)
+
+    def stop(self, timeout: float) -> int:
+        """SIGTERM, then SIGKILL if it has not exited after `timeout` s; its exit status."""
+        assert self.proc is not None, "not started"
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL (a crash) and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait(30)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no gateway log)"
