@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -94,9 +96,9 @@ def test_gateway_has_no_import_cycle() -> None:
     assert cycles(import_graph("gateway")) == []
 
 
-def test_storage_and_protocol_have_no_import_cycle() -> None:
-    assert cycles(import_graph("storage")) == []
-    assert cycles(import_graph("protocol")) == []
+@pytest.mark.parametrize("package", ["storage", "protocol", "bench"])
+def test_the_other_packages_have_no_import_cycle(package: str) -> None:
+    assert cycles(import_graph(package)) == []
 
 
 def test_handlers_and_fanout_do_not_import_connection_or_node() -> None:
