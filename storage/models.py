@@ -97,6 +97,10 @@ class AppendStatus(Enum):
     CONFLICT = "conflict"  # same (sender, client_msg_id), different conv/type/content
     NOT_MEMBER = "not_member"  # the sender is not a current member (or no such conversation)
     DENIED = "denied"  # the content check refused it: not stored
+    # Not stored, or not known to be: the store's server for this message's conversation
+    # failed (`error`), while other messages of the batch, on other servers, may be
+    # stored (storage/mysql/store.py). Answered as if `append` had raised `error`.
+    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,7 @@ class AppendResult:
     # STORED with an outbox: the id of the outbox row recording this commit's fan-out
     # (shared by the batch); clear it once delivered (storage.ports.Outbox).
     outbox_id: int = 0
+    error: Exception | None = None  # FAILED: what the caller is to raise
 
 
 @dataclass(frozen=True, slots=True)

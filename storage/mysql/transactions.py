@@ -61,8 +61,20 @@ class Transactions:
     def __init__(self, settings: MySQLSettings) -> None:
         self.settings = settings
         self._pool: Pool | None = None
+        self._lazy = False  # open(lazy=True): a failed open is retried at the next use
+        self._opening = asyncio.Lock()
 
-    async def open(self) -> None:
+    async def open(self, *, lazy: bool = False) -> None:
+        """Open the pool. `lazy`: a server that does not answer now is tried again by
+        the next operation (a shard server down must not stop a gateway's start)."""
+        self._lazy = lazy
+        try:
+            await self._open()
+        except StoreUnavailable:
+            if not lazy:
+                raise
+
+    async def _open(self) -> None:
         s = self.settings
         try:
             self._pool = await asyncio.wait_for(
@@ -85,6 +97,7 @@ class Transactions:
             ) from e
 
     async def close(self) -> None:
+        self._lazy = False
         if self._pool is not None:
             self._pool.close()
             await self._pool.wait_closed()
@@ -92,6 +105,11 @@ class Transactions:
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[Connection]:
         pool = self._pool
+        if pool is None and self._lazy:
+            async with self._opening:
+                if self._pool is None:
+                    await self._open()
+            pool = self._pool
         if pool is None:
             raise StoreUnavailable("MySQL store not started")
         try:
