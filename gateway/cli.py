@@ -243,13 +243,35 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         settings = MySQLSettings.from_url(url)
         if args.shards is not None:
             settings = dataclasses.replace(settings, shards=args.shards)
-        done = asyncio.run(migrate(settings))
+        servers = [u.strip() for u in (args.servers or "").split(",") if u.strip()]
+        done = asyncio.run(migrate(settings, servers or None))
     except (ValueError, StoreUnavailable) as e:
         print(f"imgw db migrate: {e}", file=sys.stderr)
         return 1
     for line in done:
         print(f"{settings.database}: {line}")
     return 0
+
+
+def cmd_db_status(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from storage.errors import StoreUnavailable
+    from storage.mysql import MySQLSettings
+    from storage.mysql.schema import status
+
+    url = args.store or load(config_file=args.config).store_url()
+    if not url.startswith("mysql://"):
+        print("imgw db status: pass --store mysql://user:password@host:3306/database",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        lines, ok = asyncio.run(status(MySQLSettings.from_url(url)))
+    except (ValueError, StoreUnavailable) as e:
+        print(f"imgw db status: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0 if ok else 1
 
 
 # -- plugin commands --------------------------------------------------------------------
@@ -347,8 +369,23 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     mig.add_argument("--store", help="mysql://user:password@host:port/database (or IMGW_STORE)")
     mig.add_argument("--shards", type=int, help="message table shards, fixed at first migrate (16)")
+    mig.add_argument(
+        "--servers", metavar="URL,URL,...",
+        help="spread the message shards over these MySQL servers (mysql://host:port/db; "
+        "user and password default to --store's), in contiguous ranges; fixed at the "
+        "first migrate (default: every shard in the --store database)",
+    )  # fmt: skip
     mig.add_argument("--config", help="TOML config file to read the store URL from")
     mig.set_defaults(func=cmd_db_migrate)
+    st = db_sub.add_parser(
+        "status", help="print the schema version and the shard map",
+        description="Print the metadata database's schema version and shard count, and "
+        "which server holds which message shards (each checked: it answers, its shard "
+        "tables exist). Exit 1 when something is missing.",
+    )  # fmt: skip
+    st.add_argument("--store", help="the metadata database: mysql://user:password@host:port/db")
+    st.add_argument("--config", help="TOML config file to read the store URL from")
+    st.set_defaults(func=cmd_db_status)
 
     drain = sub.add_parser(
         "drain",

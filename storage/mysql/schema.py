@@ -7,6 +7,7 @@ change afterwards without moving data: a later migrate with another `--shards` r
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Final
 
 import asyncmy
@@ -16,6 +17,7 @@ from storage.errors import StoreUnavailable
 from storage.mysql.shardmap import (
     MAP_DDL,
     ShardRange,
+    masked,
     owners,
     same_place,
     server_settings,
@@ -287,3 +289,66 @@ async def _create_on(settings: MySQLSettings, shards: Sequence[int]) -> list[str
             return await _create(cur, settings, shards, meta=False)
     finally:
         conn.close()
+
+
+async def status(settings: MySQLSettings) -> tuple[list[str], bool]:
+    """`imgw db status`: the metadata database's schema and shard count, and the shard
+    map with, for each server, whether it answers and holds its shard tables. The
+    lines to print, and whether everything is in place."""
+    conn = await _connect(settings)
+    try:
+        async with conn.cursor() as cur:
+            try:
+                await cur.execute(f"USE `{settings.database}`")
+                await cur.execute("SELECT name, value FROM im_meta")
+            except db_errors.MySQLError as e:
+                raise ValueError(
+                    f"{settings.database}: no imgw schema ({e}); run `imgw db migrate`"
+                ) from e
+            meta = {str(k): str(v) for k, v in await cur.fetchall()}
+            shards = int(meta.get("shards", settings.shards))
+            version = int(meta.get("schema_version", 0))
+            ranges = await read_map(cur) if version >= 4 else []
+    finally:
+        conn.close()
+    here = f"{settings.host}:{settings.port}/{settings.database}"
+    lines = [f"metadata database {here}: schema {version}, {shards} message shards"]
+    ok = version == SCHEMA_VERSION
+    if not ok:
+        lines.append(f"  schema {version} is not this imgw's ({SCHEMA_VERSION}): run migrate")
+    if not ranges:
+        lines.append("shard map: none (every shard in the metadata database)")
+        ranges = [ShardRange(0, shards - 1, "")]
+    else:
+        lines.append("shard map:")
+    settings = dataclasses.replace(settings, shards=shards)
+    for r in ranges:
+        s = server_settings(settings, r.url) if r.url else settings
+        where = masked(r.url) if r.url else f"mysql://{here}"
+        if same_place(s, settings):
+            where += " (metadata database)"
+        state = await _server_state(s, range(r.lo, r.hi + 1))
+        ok = ok and state.startswith("ok")
+        lines.append(f"  {r.lo:04d}-{r.hi:04d}  {where}  {state}")
+    return lines, ok
+
+
+async def _server_state(settings: MySQLSettings, shards: Sequence[int]) -> str:
+    try:
+        conn = await _connect(settings)
+    except StoreUnavailable as e:
+        return f"UNREACHABLE: {e}"
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema=%s",
+                (settings.database,),
+            )
+            tables = {str(t) for (t,) in await cur.fetchall()}
+    finally:
+        conn.close()
+    present = sum(message_table(i) in tables for i in shards)
+    missing = len(shards) - present
+    if missing:
+        return f"MISSING {missing} of {len(shards)} shard tables: run `imgw db migrate`"
+    return f"ok, {present} shard tables"

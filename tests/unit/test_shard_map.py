@@ -1,0 +1,81 @@
+"""The shard map's pure parts (storage/mysql/shardmap.py): ranges, owners, URLs."""
+
+from __future__ import annotations
+
+import pytest
+
+from storage.mysql import MySQLSettings
+from storage.mysql.shardmap import (
+    ShardRange,
+    masked,
+    owners,
+    ranges_of,
+    same_place,
+    server_settings,
+    split,
+)
+
+A = "mysql://root@10.0.0.1:3306/imgw"
+B = "mysql://root@10.0.0.2:3306/imgw"
+C = "mysql://root@10.0.0.3:3307/imgw"
+
+
+def test_split_gives_contiguous_ranges_as_even_as_they_divide() -> None:
+    assert split(16, [A, B]) == [ShardRange(0, 7, A), ShardRange(8, 15, B)]
+    assert split(16, [A, B, C]) == [
+        ShardRange(0, 5, A),
+        ShardRange(6, 10, B),
+        ShardRange(11, 15, C),
+    ]
+    assert split(4, [A]) == [ShardRange(0, 3, A)]
+
+
+@pytest.mark.parametrize(
+    ("shards", "urls"),
+    [
+        (16, []),
+        (16, [A, A]),
+        (1, [A, B]),
+        (16, ["redis://x/0"]),
+        (16, [A + "?pool=3"]),
+    ],
+)
+def test_split_refuses(shards: int, urls: list[str]) -> None:
+    with pytest.raises(ValueError):
+        split(shards, urls)
+
+
+def test_owners_and_ranges_are_inverse() -> None:
+    ranges = [ShardRange(0, 1, A), ShardRange(2, 2, B), ShardRange(3, 5, A)]
+    owner = owners(ranges, 6)
+    assert owner == [A, A, B, A, A, A]
+    assert ranges_of(owner) == ranges
+
+
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        [ShardRange(0, 2, A)],  # shard 3 on no server
+        [ShardRange(0, 3, A), ShardRange(3, 3, B)],  # shard 3 twice
+        [ShardRange(0, 4, A)],  # past the last shard
+    ],
+)
+def test_owners_refuses_gaps_and_overlaps(ranges: list[ShardRange]) -> None:
+    with pytest.raises(ValueError):
+        owners(ranges, 4)
+
+
+def test_server_settings_take_credentials_and_options_from_the_metadata_url() -> None:
+    meta = MySQLSettings.from_url("mysql://app:s3cret@db0:3306/imgw?shards=8&pool=20&timeout=2")
+    s = server_settings(meta, "mysql://db1:3307/imgw_b")
+    assert (s.host, s.port, s.database) == ("db1", 3307, "imgw_b")
+    assert (s.user, s.password, s.shards, s.pool, s.timeout_s) == ("app", "s3cret", 8, 20, 2.0)
+    own = server_settings(meta, "mysql://other:pw@db1:3307/imgw_b")
+    assert (own.user, own.password) == ("other", "pw")
+    assert same_place(server_settings(meta, "mysql://x:y@db0:3306/imgw"), meta)
+    assert not same_place(s, meta)
+
+
+def test_masked_hides_the_password_only() -> None:
+    assert masked("mysql://app:s3cret@db1:3307/imgw") == "mysql://app:***@db1:3307/imgw"
+    assert masked(A) == A
