@@ -134,22 +134,42 @@ class MySQLOutbox:
 
 
 class ShardedOutbox:
-    """The outbox of a store whose shards span several servers: each server's commits
-    write their rows in that server's `im_outbox` (the same transaction as the
+    """The outbox of a store whose shards may span several servers: each server's
+    commits write their rows in that server's `im_outbox` (the same transaction as the
     messages); the leases stay in the metadata database. Clearing asks every server
     (row ids are snowflakes, unique across them); a dead node's rows are read from all.
+    With the metadata database as the only server, each call is the MySQLOutbox's.
     """
 
     def __init__(self, meta: MySQLOutbox, servers: Sequence[MySQLOutbox]) -> None:
         self._meta = meta
-        self._servers = list(servers)  # every server holding shards
+        self._servers: list[MySQLOutbox] = []
+        self.use(servers)
+
+    @property
+    def node(self) -> str:
+        return self._meta.node
+
+    def use(self, servers: Sequence[MySQLOutbox]) -> None:
+        """The servers holding shards now (the shard map changed). Servers that left
+        the map stay swept: their rows may still be owed."""
+        for s in servers:
+            if all(s is not x for x in self._servers):
+                s.record_for(self._meta.node)
+                self._servers.append(s)
+
+    def _single(self) -> bool:
+        return len(self._servers) == 1 and self._servers[0] is self._meta
 
     def record_for(self, node: str) -> None:
-        for s in {id(x): x for x in [self._meta, *self._servers]}.values():
+        self._meta.record_for(node)
+        for s in self._servers:
             s.record_for(node)
 
     async def clear(self, ids: Sequence[int]) -> None:
-        if ids:
+        if self._single():
+            await self._meta.clear(ids)
+        elif ids:
             await asyncio.gather(*(s.clear(ids) for s in self._servers))
 
     async def keep_lease(self, node: str, ttl_ms: int) -> None:
@@ -159,6 +179,8 @@ class ShardedOutbox:
         return await self._meta.claim_lapsed(me, ttl_ms)
 
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:
+        if self._single():
+            return await self._meta.owed(node, limit)
         pages = await asyncio.gather(*(s.owed(node, limit) for s in self._servers))
         return sorted((r for p in pages for r in p), key=lambda r: r.id)[:limit]
 

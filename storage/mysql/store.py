@@ -28,6 +28,7 @@ see docs/decisions.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
@@ -66,6 +67,7 @@ from storage.rules import RecallTarget, recall_content, recall_refusal
 from storage.snowflake import Snowflake
 
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
+MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
 T = TypeVar("T")
 R = TypeVar("R", bound=tuple[int, ...] | tuple[int, int, str, int, int])
 
@@ -107,7 +109,12 @@ class MySQLStore:
         self._servers = [self._home]  # every server holding shards (from the map)
         self._server_of: list[_Server] = []  # per shard; empty: all on _home
         self.shard_map: list[ShardRange] = []  # as read at start (empty: single server)
-        self._sharded_outbox: ShardedOutbox | None = None
+        self._by_url: dict[str, _Server] = {}  # every server used since start
+        # The outbox over every server; one server: exactly the MySQLOutbox's calls.
+        self._sharded_outbox = ShardedOutbox(self._outbox, [self._outbox])
+        self._watcher: asyncio.Task[None] | None = None
+        self.map_errors = 0  # failed reads of the shard map, and the last one's error
+        self.last_map_error = ""
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -144,29 +151,58 @@ class MySQLStore:
                 f"database {s.database} has no imgw schema ({e}): run `imgw db migrate`"
             ) from e
         if self.shard_map:
-            await self._open_servers(self.shard_map)
+            await self._apply_map(self.shard_map)
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_map())
 
-    async def _open_servers(self, ranges: Sequence[ShardRange]) -> None:
-        """A pool per server of the shard map (the metadata database's own, when it
-        holds shards too). A server that does not answer now is tried again at each
-        use: its conversations are unavailable, the others are not."""
-        by_url: dict[str, _Server] = {}
-        for url in dict.fromkeys(owners(ranges, self._shards)):
-            settings = server_settings(self.settings, url)
-            if same_place(settings, self.settings):
-                by_url[url] = self._home
-                continue
-            db = Transactions(settings)
-            await db.open(lazy=True)
-            outbox = MySQLOutbox(db, self._clock)
-            appends = GroupCommit(db, self.shard_of, self._ids, self._clock, outbox)
-            by_url[url] = _Server(db, appends, SyncBatcher(db, self.shard_of), outbox)
-        self._server_of = [by_url[u] for u in owners(ranges, self._shards)]
-        self._servers = list(by_url.values())
-        self._sharded_outbox = ShardedOutbox(self._outbox, [x.outbox for x in self._servers])
+    async def _apply_map(self, ranges: Sequence[ShardRange]) -> None:
+        """Route by `ranges` from now on: a pool per server of the map (the metadata
+        database's own, when it holds shards too), kept until the store closes. A
+        server that does not answer now is tried again at each use: its conversations
+        are unavailable, the others are not. An empty map: every shard at home."""
+        if not ranges:
+            self._server_of, self._servers = [], [self._home]
+        else:
+            owner = owners(ranges, self._shards)
+            for url in dict.fromkeys(owner):
+                if url not in self._by_url:
+                    self._by_url[url] = await self._server_at(url)
+            self._server_of = [self._by_url[u] for u in owner]
+            self._servers = list({id(x): x for x in self._server_of}.values())
+        self.shard_map = list(ranges)
+        self._sharded_outbox.use([x.outbox for x in self._servers])
+
+    async def _server_at(self, url: str) -> _Server:
+        settings = server_settings(self.settings, url)
+        if same_place(settings, self.settings):
+            return self._home
+        db = Transactions(settings)
+        await db.open(lazy=True)
+        outbox = MySQLOutbox(db, self._clock)
+        outbox.record_for(self._outbox.node)  # "" unless a node records its fan-out
+        appends = GroupCommit(db, self.shard_of, self._ids, self._clock, outbox)
+        return _Server(db, appends, SyncBatcher(db, self.shard_of), outbox)
+
+    async def _watch_map(self) -> None:
+        """Follow the shard map (`imgw db add-server` changes it with the gateways
+        running): read it every MAP_POLL_S, one small query to the metadata
+        database."""
+        while True:
+            await asyncio.sleep(MAP_POLL_S)
+            try:
+                ranges = await self._db.run(read_map, tx=False)
+                if ranges != self.shard_map:
+                    await self._apply_map(ranges)
+            except Exception as e:  # retried at the next poll
+                self.map_errors += 1
+                self.last_map_error = repr(e)
 
     async def close(self) -> None:
-        for server in self._servers:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        for server in self._by_url.values():
             if server is not self._home:
                 await server.db.close()
         await self._db.close()
@@ -222,9 +258,9 @@ class MySQLStore:
     def durability(self) -> dict[str, str]:
         return {"engine": "mysql", **self._durability}
 
-    def outbox(self) -> MySQLOutbox | ShardedOutbox:
-        """The outbox (after `start`: with a shard map, one spanning every server)."""
-        return self._sharded_outbox or self._outbox
+    def outbox(self) -> ShardedOutbox:
+        """The outbox, over every server of the shard map as it changes."""
+        return self._sharded_outbox
 
     def shard_of(self, conv_id: int) -> str:
         return message_table(conv_id % self._shards)

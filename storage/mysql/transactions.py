@@ -31,6 +31,7 @@ __all__ = ["CommitWatch", "Cursor", "Row", "Transactions", "next_rows", "rowcoun
 _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
 _MAX_ATTEMPTS: Final = 4
 _UNKNOWN_THREAD: Final = 1094  # KILL of a connection id the server no longer has
+_NO_SUCH_TABLE: Final = 1146
 
 
 @dataclass(slots=True)
@@ -167,6 +168,10 @@ class Transactions:
                 if errno in _RETRY_ERRNOS and attempt + 1 < _MAX_ATTEMPTS:
                     await asyncio.sleep(0.002 * (attempt + 1))
                     continue
+                if errno == _NO_SUCH_TABLE and "im_message_" in str(e):
+                    # a shard being moved to another server (`imgw db add-server`
+                    # renamed it here); the store follows the new map within a second
+                    raise StoreUnavailable(f"MySQL: message shard moving: {e}") from e
                 if isinstance(e, db_errors.OperationalError | db_errors.InterfaceError):
                     await self._forget_idle_connections()
                     raise StoreUnavailable(f"MySQL: {e}") from e

@@ -79,3 +79,17 @@ def test_server_settings_take_credentials_and_options_from_the_metadata_url() ->
 def test_masked_hides_the_password_only() -> None:
     assert masked("mysql://app:s3cret@db1:3307/imgw") == "mysql://app:***@db1:3307/imgw"
     assert masked(A) == A
+
+
+def test_add_server_plan_takes_an_even_share_from_the_fullest() -> None:
+    from storage.mysql.move import plan
+
+    assert plan([A] * 4, B, None) == [A, A, B, B]
+    assert plan([A, A, B, B], C, None) == [A, A, B, C]  # 4 // 3 = 1, from the last fullest
+    assert plan([A] * 16, B, None) == [A] * 8 + [B] * 8
+    assert plan([A] * 8 + [B] * 8, C, None).count(C) == 5
+    assert plan([A] * 4, B, 1) == [A, A, A, B]
+    with pytest.raises(ValueError):
+        plan([A], B, None)  # nothing to spare
+    with pytest.raises(ValueError):
+        plan([A, B], C, 2)
