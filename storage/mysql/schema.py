@@ -19,6 +19,7 @@ from storage.mysql.shardmap import (
     ShardRange,
     masked,
     owners,
+    place,
     same_place,
     server_settings,
     split,
@@ -233,12 +234,18 @@ async def _settle_map(
         return ranges
     want = split(settings.shards, servers)
     if ranges:
-        if ranges != want:
+        if [(r.lo, r.hi, place(r.url)) for r in ranges] != [
+            (r.lo, r.hi, place(r.url)) for r in want
+        ]:
             raise ValueError(
                 "the shard map is already set (see `imgw db status`); "
                 "change it with `imgw db add-server`"
             )
-        return ranges
+        # the same servers: only their read replicas (?replica=) may change
+        await cur.executemany(
+            "UPDATE im_shard_map SET url=%s WHERE lo=%s", [(r.url, r.lo) for r in want]
+        )
+        return want
     await cur.execute("SELECT 1 FROM im_conversation LIMIT 1")
     if await cur.fetchone() is not None:
         raise ValueError(

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from storage.mysql.settings import MySQLSettings
 
@@ -57,8 +57,19 @@ def check_url(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme != "mysql" or not parts.hostname:
         raise ValueError(f"a server in the shard map must be mysql://[user@]host:port/db: {url!r}")
-    if parts.query:
-        raise ValueError(f"no options in a shard map URL (they come from --store): {url!r}")
+    opts = dict(parse_qsl(parts.query))
+    replica = opts.pop("replica", None)
+    if opts:
+        raise ValueError(
+            f"a shard map URL takes only ?replica= (the rest comes from --store): {url!r}"
+        )
+    if replica is not None and not replica.startswith("mysql://"):
+        raise ValueError(f"replica must be a mysql:// URL: {url!r}")
+
+
+def place(url: str) -> str:
+    """`url` without its options (the replica): the server itself."""
+    return urlunsplit(urlsplit(url)._replace(query=""))
 
 
 def server_settings(meta: MySQLSettings, url: str) -> MySQLSettings:
@@ -73,7 +84,18 @@ def server_settings(meta: MySQLSettings, url: str) -> MySQLSettings:
         database=s.database,
         user=s.user if parts.username else meta.user,
         password=s.password if parts.username else meta.password,
+        replica=dict(parse_qsl(parts.query)).get("replica", ""),
     )
+
+
+def replica_settings(server: MySQLSettings) -> MySQLSettings | None:
+    """The settings of `server`'s read replica, if it has one: its place, the server's
+    credentials unless the replica URL has its own, a timeout of at most 1 s (a replica
+    that hangs is given up quickly: the primary answers)."""
+    if not server.replica:
+        return None
+    r = server_settings(dataclasses.replace(server, replica=""), server.replica)
+    return dataclasses.replace(r, replica="", timeout_s=min(server.timeout_s, 1.0))
 
 
 def same_place(a: MySQLSettings, b: MySQLSettings) -> bool:

@@ -60,7 +60,13 @@ from storage.mysql.append import GroupCommit, find_sent_in
 from storage.mysql.outbox import MySQLOutbox, ShardedOutbox
 from storage.mysql.schema import SCHEMA_VERSION, message_table, read_map
 from storage.mysql.settings import MySQLSettings
-from storage.mysql.shardmap import ShardRange, owners, same_place, server_settings
+from storage.mysql.shardmap import (
+    ShardRange,
+    owners,
+    replica_settings,
+    same_place,
+    server_settings,
+)
 from storage.mysql.sync import SyncBatcher
 from storage.mysql.transactions import Cursor, Row, Transactions, rowcount
 from storage.rules import RecallTarget, recall_content, recall_refusal
@@ -68,11 +74,12 @@ from storage.snowflake import Snowflake
 
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
+REPLICA_PAUSE_S: Final = 10.0  # after a replica failed, pages come from the primary
 T = TypeVar("T")
 R = TypeVar("R", bound=tuple[int, ...] | tuple[int, int, str, int, int])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Server:
     """One server holding message shards, with what runs on it."""
 
@@ -80,6 +87,8 @@ class _Server:
     appends: GroupCommit
     syncs: SyncBatcher
     outbox: MySQLOutbox
+    replica: Transactions | None = None  # its read replica, for PULL/HISTORY pages
+    replica_paused_until: float = 0.0  # monotonic: after a failure, the primary answers
 
 
 def _now_ms() -> int:
@@ -106,6 +115,12 @@ class MySQLStore:
         self._appends = GroupCommit(self._db, self.shard_of, self._ids, clock, self._outbox)
         # The metadata database's server; with no shard map, the only one.
         self._home = _Server(self._db, self._appends, self._syncs, self._outbox)
+        replica = replica_settings(settings)
+        if replica is not None:
+            self._home.replica = Transactions(replica)
+        self.replica_reads = 0  # pages read from a replica; refused as lagging; failed
+        self.replica_lagging = 0
+        self.replica_failures = 0
         self._servers = [self._home]  # every server holding shards (from the map)
         self._server_of: list[_Server] = []  # per shard; empty: all on _home
         self.shard_map: list[ShardRange] = []  # as read at start (empty: single server)
@@ -121,6 +136,8 @@ class MySQLStore:
     async def start(self) -> None:
         s = self.settings
         await self._db.open()
+        if self._home.replica is not None:
+            await self._home.replica.open(lazy=True)
 
         async def inspect(cur: Cursor) -> None:
             await cur.execute("SELECT value FROM im_meta WHERE name='shards'")
@@ -173,14 +190,20 @@ class MySQLStore:
 
     async def _server_at(self, url: str) -> _Server:
         settings = server_settings(self.settings, url)
+        replica_at = replica_settings(settings)
+        replica = None if replica_at is None else Transactions(replica_at)
+        if replica is not None:
+            await replica.open(lazy=True)
         if same_place(settings, self.settings):
+            if replica is not None and self._home.replica is None:
+                self._home.replica = replica  # the map names the home server's replica
             return self._home
         db = Transactions(settings)
         await db.open(lazy=True)
         outbox = MySQLOutbox(db, self._clock)
         outbox.record_for(self._outbox.node)  # "" unless a node records its fan-out
         appends = GroupCommit(db, self.shard_of, self._ids, self._clock, outbox)
-        return _Server(db, appends, SyncBatcher(db, self.shard_of), outbox)
+        return _Server(db, appends, SyncBatcher(db, self.shard_of), outbox, replica)
 
     async def _watch_map(self) -> None:
         """Follow the shard map (`imgw db add-server` changes it with the gateways
@@ -202,9 +225,11 @@ class MySQLStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
             self._watcher = None
-        for server in self._by_url.values():
+        for server in {id(x): x for x in [self._home, *self._by_url.values()]}.values():
             if server is not self._home:
                 await server.db.close()
+            if server.replica is not None:
+                await server.replica.close()
         await self._db.close()
 
     def now_ms(self) -> int:
@@ -602,7 +627,7 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._at(conv_id).db.run(q, tx=False)
+        rows = await self._page(conv_id, q)
         return [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
 
     async def read_before(
@@ -620,8 +645,40 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._at(conv_id).db.run(q, tx=False)
+        rows = await self._page(conv_id, q)
         return [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
+
+    async def _page(self, conv_id: int, q: Callable[[Cursor], Awaitable[list[Row]]]) -> list[Row]:
+        """A PULL/HISTORY page: from the server's read replica when it has one and has
+        applied every commit of the conversation the primary had when the page was
+        asked for (its `im_conv_seq.max_seq` is at least the primary's: commits apply
+        in order, so it then holds every message and recall up to there); else, or when
+        the replica fails (it is then left alone for REPLICA_PAUSE_S), from the
+        primary. Costs one primary-key read on the primary; the rows come from the
+        replica."""
+        server = self._at(conv_id)
+        replica = server.replica
+        if replica is not None and time.monotonic() >= server.replica_paused_until:
+            committed, _ = await server.db.run(self._bounds_q(conv_id), tx=False)
+
+            async def caught_up(cur: Cursor) -> list[Row] | None:
+                await cur.execute(f"SELECT max_seq FROM im_conv_seq WHERE conv_id={int(conv_id)}")
+                row = await cur.fetchone()
+                if row is None or int(row[0]) < committed:
+                    return None
+                return await q(cur)
+
+            try:
+                rows = await replica.run(caught_up, tx=False)
+            except StoreUnavailable:
+                server.replica_paused_until = time.monotonic() + REPLICA_PAUSE_S
+                self.replica_failures += 1
+            else:
+                if rows is not None:
+                    self.replica_reads += 1
+                    return rows
+                self.replica_lagging += 1
+        return await server.db.run(q, tx=False)
 
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
@@ -674,7 +731,10 @@ class MySQLStore:
     async def seq_bounds(self, conv_id: int) -> tuple[int, int]:
         """(committed max seq, highest recalled seq) of a conversation: one primary-key
         read."""
+        return await self._at(conv_id).db.run(self._bounds_q(conv_id), tx=False)
 
+    @staticmethod
+    def _bounds_q(conv_id: int) -> Callable[[Cursor], Awaitable[tuple[int, int]]]:
         async def q(cur: Cursor) -> tuple[int, int]:
             await cur.execute(
                 f"SELECT max_seq, recalled_seq FROM im_conv_seq WHERE conv_id={int(conv_id)}"
@@ -682,7 +742,7 @@ class MySQLStore:
             row = await cur.fetchone()
             return (int(row[0]), int(row[1])) if row else (0, 0)
 
-        return await self._at(conv_id).db.run(q, tx=False)
+        return q
 
     async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
         async def body(cur: Cursor) -> int | None:

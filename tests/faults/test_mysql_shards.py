@@ -50,7 +50,7 @@ async def tables(port: int, database: str) -> set[str]:
 
 async def rows(port: int, database: str, query: str) -> list[tuple[object, ...]]:
     conn = await aiomysql.connect(
-        host="127.0.0.1", port=port, user="root", password="", db=database
+        host="127.0.0.1", port=port, user="root", password="", db=database, autocommit=True
     )
     try:
         async with conn.cursor() as cur:
@@ -257,3 +257,80 @@ async def test_a_store_starts_while_a_shard_server_is_down() -> None:
         proxy.restore()
         await drop_mysql(url)
         await proxy.close()
+
+
+async def test_pages_come_from_a_caught_up_replica_else_from_the_primary() -> None:
+    """`?replica=`: a PULL/HISTORY page comes from the replica only when it has applied
+    every commit of the conversation the primary had; a lagging replica, or one that
+    does not answer, leaves the page to the primary. The "replica" here is a database on
+    the second server that the test fills by hand (marked content shows where a page
+    came from)."""
+    second_mysql()
+    proxy = TcpProxy("127.0.0.1", MYSQL2_PORT)
+    await proxy.start()
+    primary = await fresh_mysql(2)
+    name = MySQLSettings.from_url(primary).database
+    await migrate(MySQLSettings.from_url(f"mysql://root@127.0.0.1:{MYSQL2_PORT}/{name}?shards=2"))
+    store = MySQLStore(
+        MySQLSettings.from_url(f"{primary}&replica=mysql://root@127.0.0.1:{proxy.port}/{name}")
+    )
+    await store.start()
+    try:
+        conv = await store.open_p2p(1, 2)
+        table = f"im_message_{conv % 2:04d}"
+        await store.append([NewMessage(conv, 1, f"c{i}", 1, b"primary") for i in range(5)])
+        # The replica catches up (by hand), with content that tells the pages apart.
+        copied = await rows(
+            MYSQL_PORT,
+            name,
+            f"SELECT max_seq, last_active_ms FROM im_conv_seq WHERE conv_id={conv}",
+        )
+        await rows(MYSQL2_PORT, name, "INSERT INTO im_conv_seq (conv_id, max_seq, last_active_ms) "
+                   f"VALUES ({conv}, {copied[0][0]}, {copied[0][1]})")  # fmt: skip
+        msgs = await rows(
+            MYSQL_PORT,
+            name,
+            f"SELECT id, conv_id, seq, sender_uid, msg_type, send_ms, client_msg_id FROM {table}",
+        )
+        for mid, c, seq, sender, mtype, ms, cmid in msgs:
+            values = (
+                f"{mid}, {c}, {seq}, {sender}, {mtype}, 'replica', {ms}, X'{bytes(cmid).hex()}'"
+            )
+            await rows(
+                MYSQL2_PORT,
+                name,
+                f"INSERT INTO {table} (id, conv_id, seq, sender_uid, msg_type, content, "
+                f"send_ms, client_msg_id) VALUES ({values})",
+            )
+
+        got, more = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
+        assert [m.content for m in got] == [b"replica"] * 5 and not more
+        got, _ = await store.read_before(conv, 0, 2, min_seq=0, max_seq=None)
+        assert [m.content for m in got] == [b"replica"] * 2
+        assert store.replica_reads == 2
+
+        # The primary moves on: the replica lags for this conversation.
+        await store.append([NewMessage(conv, 1, "c5", 1, b"primary")])
+        got, _ = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
+        assert [m.content for m in got] == [b"primary"] * 6
+        assert store.replica_lagging == 1
+
+        # A replica that does not answer: the primary, and the replica is left alone.
+        await rows(MYSQL2_PORT, name, f"UPDATE im_conv_seq SET max_seq=6 WHERE conv_id={conv}")
+        proxy.cut()
+        got, _ = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
+        assert len(got) == 6 and store.replica_failures == 1
+        proxy.restore()
+        got, _ = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
+        assert len(got) == 6 and store.replica_failures == 1 and store.replica_reads == 2
+    finally:
+        await store.close()
+        proxy.restore()
+        await proxy.close()
+        await drop_mysql(primary)
+        conn = await aiomysql.connect(host="127.0.0.1", port=MYSQL2_PORT, user="root", password="")
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        finally:
+            conn.close()
