@@ -191,11 +191,14 @@ class MySQLStore:
     async def _server_at(self, url: str) -> _Server:
         settings = server_settings(self.settings, url)
         replica_at = replica_settings(settings)
+        home = same_place(settings, self.settings)
+        if home and self._home.replica is not None:
+            replica_at = None  # the one --store names wins
         replica = None if replica_at is None else Transactions(replica_at)
         if replica is not None:
             await replica.open(lazy=True)
-        if same_place(settings, self.settings):
-            if replica is not None and self._home.replica is None:
+        if home:
+            if replica is not None:
                 self._home.replica = replica  # the map names the home server's replica
             return self._home
         db = Transactions(settings)
