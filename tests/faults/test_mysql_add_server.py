@@ -16,7 +16,7 @@ from gateway.server import Server
 from protocol.frames import ConvOk, Error, OpenP2P, Pull, PullResult, Send, SendAck
 from protocol.ops import ErrorCode
 from storage.mysql import MySQLSettings
-from tests.conftest import test_config
+from tests.conftest import test_config as config_for
 from tests.support.services import MYSQL2_PORT, MYSQL_PORT, drop_mysql, fresh_mysql, second_mysql
 from tests.support.wire import Wire
 
@@ -39,7 +39,7 @@ async def test_add_server_under_traffic_loses_nothing(tmp_path: Path) -> None:
     url = await fresh_mysql(4)
     name = MySQLSettings.from_url(url).database
     target = f"mysql://root@127.0.0.1:{MYSQL2_PORT}/{name}"
-    server = Server(test_config(tmp_path, store=url, cache="memory://", rate_per_s=1000.0,
+    server = Server(config_for(tmp_path, store=url, cache="memory://", rate_per_s=1000.0,
                                 rate_burst=1000))  # fmt: skip
     await server.start()
     acked: dict[tuple[int, str], int] = {}

@@ -22,7 +22,7 @@ from protocol.ops import ErrorCode
 from storage.errors import StoreUnavailable
 from storage.models import AppendStatus, NewMessage
 from storage.mysql import MySQLSettings, MySQLStore, migrate
-from tests.conftest import test_config
+from tests.conftest import test_config as config_for
 from tests.support.services import (
     MYSQL2_PORT,
     MYSQL_PORT,
@@ -186,7 +186,7 @@ async def test_a_server_down_fails_its_own_messages_only(tmp_path: Path) -> None
         f"mysql://root@127.0.0.1:{proxy.port}/{name}",
     ]
     await migrate(MySQLSettings.from_url(url), servers)
-    server = Server(test_config(tmp_path, store=url, cache="memory://", batch_delay_ms=50.0,
+    server = Server(config_for(tmp_path, store=url, cache="memory://", batch_delay_ms=50.0,
                                 batch_wait_ms=50.0))  # fmt: skip
     await server.start()
     try:
