@@ -175,11 +175,7 @@ class SendBatcher:
                     fut.set_exception(e)
         else:
             for (_, fut, _), result in zip(batch, results, strict=True):
-                if fut.done():
-                    continue
-                if result.error is not None:  # FAILED: its server failed, not the batch
-                    fut.set_exception(result.error)
-                else:
+                if not fut.done():
                     fut.set_result(result)
         finally:
             if self._on_batch is not None:

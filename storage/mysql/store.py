@@ -42,6 +42,7 @@ from protocol.ops import ConvKind, MsgType
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change
 from storage.models import (
+    AppendFailed,
     AppendResult,
     AppendStatus,
     Conversation,
@@ -69,12 +70,19 @@ from storage.mysql.shardmap import (
 )
 from storage.mysql.sync import SyncBatcher
 from storage.mysql.transactions import Cursor, Row, Transactions, rowcount
-from storage.rules import RecallTarget, recall_content, recall_refusal
+from storage.rules import (
+    RecallTarget,
+    SendKey,
+    recall_content,
+    recall_refusal,
+    reused_elsewhere,
+)
 from storage.snowflake import Snowflake
 
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
 REPLICA_PAUSE_S: Final = 10.0  # after a replica failed, pages come from the primary
+REUSE_CHECK_S: Final = 0.5  # how long a send batch waits for a server's key reuse check
 T = TypeVar("T")
 R = TypeVar("R", bound=tuple[int, ...] | tuple[int, int, str, int, int])
 
@@ -89,6 +97,13 @@ class _Server:
     outbox: MySQLOutbox
     replica: Transactions | None = None  # its read replica, for PULL/HISTORY pages
     replica_paused_until: float = 0.0  # monotonic: after a failure, the primary answers
+    check_paused_until: float = 0.0  # monotonic: after a failed key reuse check
+
+
+def _retrieved(task: asyncio.Future[list[Row]]) -> None:
+    """Take a left-out task's outcome, so that its exception is not reported."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _now_ms() -> int:
@@ -120,6 +135,7 @@ class MySQLStore:
             self._home.replica = Transactions(replica)
         self.replica_reads = 0  # pages read from a replica; refused as lagging; failed
         self.replica_lagging = 0
+        self.reuse_check_failures = 0  # servers that missed a batch's key reuse check
         self.replica_failures = 0
         self._servers = [self._home]  # every server holding shards (from the map)
         self._server_of: list[_Server] = []  # per shard; empty: all on _home
@@ -574,35 +590,76 @@ class MySQLStore:
     # -- messages ------------------------------------------------------------------------
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
-        """The group commit (storage/mysql/append.py). A batch spanning servers is one
-        transaction per server, committed at once: each message's answer follows its
-        own server's commit, and a server that fails answers FAILED for its messages
-        only (all of a message's state is on its server: it is stored there or not)."""
+        """The group commit (storage/mysql/append.py); with several servers,
+        `_append_spread`."""
         if not self._server_of:
             return await self._appends.append(batch)
+        return await self._append_spread(batch)
+
+    async def _append_spread(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        """A batch spanning servers is one transaction per server, committed at once:
+        each message's answer follows its own server's commit, and a server that fails
+        answers FAILED for its messages only (all of a message's state is on its server:
+        it is stored there or not). First, one query to every server for the batch's
+        idempotency keys: a key used for another conversation is CONFLICT (each server's
+        commit only sees its own records)."""
+        results: list[AppendResult | None] = [None] * len(batch)
+        if len(self._servers) > 1:
+            for i in await self._reused(batch):
+                results[i] = AppendResult(AppendStatus.CONFLICT)
         parts: dict[int, list[int]] = defaultdict(list)  # id(server) -> batch positions
         servers: dict[int, _Server] = {}
         for i, m in enumerate(batch):
-            server = self._at(m.conv_id)
-            parts[id(server)].append(i)
-            servers[id(server)] = server
-        if len(parts) == 1:
+            if results[i] is None:
+                server = self._at(m.conv_id)
+                parts[id(server)].append(i)
+                servers[id(server)] = server
+        if len(parts) == 1 and len(next(iter(parts.values()))) == len(batch):
             return await next(iter(servers.values())).appends.append(batch)
         outcomes = await asyncio.gather(
             *(servers[k].appends.append([batch[i] for i in idx]) for k, idx in parts.items()),
             return_exceptions=True,
         )
-        results: list[AppendResult | None] = [None] * len(batch)
         for idx, outcome in zip(parts.values(), outcomes, strict=True):
             if isinstance(outcome, Exception):
                 for i in idx:  # the caller raises it for these messages alone
-                    results[i] = AppendResult(AppendStatus.FAILED, error=outcome)
+                    results[i] = AppendFailed(AppendStatus.FAILED, error=outcome)
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
                 for i, r in zip(idx, outcome, strict=True):
                     results[i] = r
         return [r for r in results if r is not None]
+
+    async def _reused(self, batch: Sequence[NewMessage]) -> list[int]:
+        """The positions of `batch` whose key was used for another conversation
+        (storage.rules.reused_elsewhere), from every server's idempotency records at
+        once. Best effort, so that a server in trouble does not hold up the others'
+        sends: a server that fails or has not answered within REUSE_CHECK_S is left out
+        and not asked again for REPLICA_PAUSE_S (counted in `reuse_check_failures`);
+        and two concurrent first sends of one key to conversations on two servers may
+        both be stored (docs/decisions.md)."""
+        keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
+
+        async def q(cur: Cursor) -> list[Row]:
+            await cur.execute(sql.find_sent(keys))
+            return list(await cur.fetchall())
+
+        now = time.monotonic()
+        asked = [x for x in self._servers if now >= x.check_paused_until]
+        tasks = [asyncio.ensure_future(x.db.run(q, tx=False)) for x in asked]
+        if tasks:
+            await asyncio.wait(tasks, timeout=REUSE_CHECK_S)
+        recorded: dict[SendKey, set[int]] = defaultdict(set)
+        for server, task in zip(asked, tasks, strict=True):
+            if not task.done() or task.cancelled() or task.exception() is not None:
+                task.add_done_callback(_retrieved)  # a straggler ends on its own timeout
+                server.check_paused_until = now + REPLICA_PAUSE_S
+                self.reuse_check_failures += 1
+                continue
+            for sender, cmid, conv_id, _ in task.result():
+                recorded[(int(sender), bytes(cmid).decode())].add(int(conv_id))
+        return reused_elsewhere(batch, recorded, self._at)
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         """The idempotency record of a send: on the server of its conversation, which

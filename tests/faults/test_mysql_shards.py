@@ -171,6 +171,36 @@ async def test_a_batch_spanning_servers_stores_each_message_on_its_server(
     assert (await store.conversation_counts([1]))[1] >= 2
 
 
+async def test_a_key_reused_on_another_server_is_a_conflict(sharded_store: MySQLStore) -> None:
+    """Each server's commit sees only its own idempotency records: a key used before
+    for a conversation on the other server, or earlier in the same batch, is CONFLICT
+    (and not stored), as with one server; a resend of the same send is DUPLICATE."""
+    store = sharded_store
+    name = store.settings.database
+    a, b = await convs_on_both(store, 1)
+    first = await store.append([NewMessage(a, 1, "k1", 1, b"x")])
+    assert first[0].status is AppendStatus.STORED
+    results = await store.append(
+        [
+            NewMessage(b, 1, "k1", 1, b"x"),  # used before, for a
+            NewMessage(a, 1, "k1", 1, b"x"),  # the same send again
+            NewMessage(b, 1, "k2", 1, b"y"),
+            NewMessage(a, 1, "k2", 1, b"y"),  # k2 just used in this batch, for b
+        ]
+    )
+    assert [r.status for r in results] == [
+        AppendStatus.CONFLICT,
+        AppendStatus.DUPLICATE,
+        AppendStatus.STORED,
+        AppendStatus.CONFLICT,
+    ]
+    assert await rows(MYSQL2_PORT, name, f"SELECT seq FROM im_message_{b % 4:04d} "
+                      f"WHERE conv_id={b}") == [(1,)]  # fmt: skip
+    assert await rows(MYSQL_PORT, name, f"SELECT seq FROM im_message_{a % 4:04d} "
+                      f"WHERE conv_id={a}") == [(1,)]  # fmt: skip
+    assert store.reuse_check_failures == 0
+
+
 async def test_a_server_down_fails_its_own_messages_only(tmp_path: Path) -> None:
     """Over the wire: one SEND to each server in one batch while the second is cut off.
     The first is acked (and stored); the second is answered `unavailable` and is not

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from storage.models import NewMessage
 from storage.mysql import MySQLSettings
 from storage.mysql.shardmap import (
     ShardRange,
@@ -14,6 +15,7 @@ from storage.mysql.shardmap import (
     server_settings,
     split,
 )
+from storage.rules import reused_elsewhere
 
 A = "mysql://root@10.0.0.1:3306/imgw"
 B = "mysql://root@10.0.0.2:3306/imgw"
@@ -93,3 +95,20 @@ def test_add_server_plan_takes_an_even_share_from_the_fullest() -> None:
         plan([A], B, None)  # nothing to spare
     with pytest.raises(ValueError):
         plan([A, B], C, 2)
+
+
+def test_a_key_reused_for_a_conversation_elsewhere_is_found() -> None:
+    """storage.rules.reused_elsewhere: conversations 1 and 3 on one server, 2 on
+    another."""
+    place = {1: "s1", 3: "s1", 2: "s2"}.__getitem__
+    batch = [
+        NewMessage(1, 7, "seen", 1, b""),  # recorded for 1: not a reuse (a move's copy)
+        NewMessage(2, 7, "old", 1, b""),  # recorded for 1: reused
+        NewMessage(1, 7, "new", 1, b""),
+        NewMessage(2, 7, "new", 1, b""),  # first sent in this batch for 1 (elsewhere)
+        NewMessage(3, 7, "new", 1, b""),  # same server as 1: its commit decides
+        NewMessage(2, 8, "new", 1, b""),  # another sender
+    ]
+    recorded = {(7, "seen"): {1}, (7, "old"): {1}}
+    assert reused_elsewhere(batch, recorded, place) == [1, 3]
+    assert reused_elsewhere(batch, {}, place) == [3]
