@@ -262,9 +262,6 @@ class MySQLStore:
     ) -> None:
         """`write` each server's part of `rows` (each row's first value is a conv_id)
         on that server, all at once."""
-        if not self._server_of:
-            await write(self._db, rows)
-            return
         parts: dict[int, list[R]] = defaultdict(list)
         dbs: dict[int, Transactions] = {}
         for r in rows:
@@ -687,7 +684,11 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._page(conv_id, q)
+        server = self._at(conv_id)
+        if server.replica is None:  # no read replica: the old path, no extra await
+            rows = await server.db.run(q, tx=False)
+        else:
+            rows = await self._page(server, conv_id, q)
         return [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
 
     async def read_before(
@@ -705,10 +706,16 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._page(conv_id, q)
+        server = self._at(conv_id)
+        if server.replica is None:  # no read replica: the old path, no extra await
+            rows = await server.db.run(q, tx=False)
+        else:
+            rows = await self._page(server, conv_id, q)
         return [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
 
-    async def _page(self, conv_id: int, q: Callable[[Cursor], Awaitable[list[Row]]]) -> list[Row]:
+    async def _page(
+        self, server: _Server, conv_id: int, q: Callable[[Cursor], Awaitable[list[Row]]]
+    ) -> list[Row]:
         """A PULL/HISTORY page: from the server's read replica when it has one and has
         applied every commit of the conversation the primary had when the page was
         asked for (its `im_conv_seq.max_seq` is at least the primary's: commits apply
@@ -716,7 +723,6 @@ class MySQLStore:
         the replica fails (it is then left alone for REPLICA_PAUSE_S), from the
         primary. Costs one primary-key read on the primary; the rows come from the
         replica."""
-        server = self._at(conv_id)
         replica = server.replica
         if replica is not None and time.monotonic() >= server.replica_paused_until:
             committed, _ = await server.db.run(self._bounds_q(conv_id), tx=False)
@@ -821,7 +827,11 @@ class MySQLStore:
     async def flush_reads(self, reads: Sequence[tuple[int, int, int, int]]) -> None:
         """Upsert read positions (conv_id, uid, seq, changed_ms) kept first in Redis; a
         position never moves back."""
-        if reads:
+        if not reads:
+            return
+        if not self._server_of:
+            await self._flush_reads(self._db, reads)
+        else:
             await self._split(reads, self._flush_reads)
 
     async def _flush_reads(
@@ -845,7 +855,11 @@ class MySQLStore:
     async def flush_delivered(self, cursors: Sequence[tuple[int, int, str, int, int]]) -> None:
         """Upsert delivered cursors (conv_id, uid, device, seq, changed_ms) in one
         statement; a cursor never moves back."""
-        if cursors:
+        if not cursors:
+            return
+        if not self._server_of:
+            await self._flush_delivered(self._db, cursors)
+        else:
             await self._split(cursors, self._flush_delivered)
 
     async def _flush_delivered(
