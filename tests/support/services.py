@@ -23,7 +23,10 @@ _SECOND = Path(__file__).resolve().parents[2] / "scripts" / "mariadb-second"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 _HOW = {
-    3306: "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    3306: (
+        "start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid "
+        "--exec /usr/sbin/mariadbd"
+    ),
     6379: 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
     "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log",
     5672: "rabbitmq-server -detached",
