@@ -57,7 +57,7 @@ from storage.models import (
     SystemEvent,
 )
 from storage.mysql import sql
-from storage.mysql.append import GroupCommit, find_sent_in
+from storage.mysql.append import GroupCommit, load_sent
 from storage.mysql.outbox import MySQLOutbox, ShardedOutbox
 from storage.mysql.schema import SCHEMA_VERSION, message_table, read_map
 from storage.mysql.settings import MySQLSettings
@@ -660,13 +660,21 @@ class MySQLStore:
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
         """The idempotency record of a send: on the server of its conversation, which
-        the key does not say, so every server is asked."""
+        the key does not say, so every server is asked. A record is taken only from the
+        server that holds its conversation now (a move leaves a copy on the old server
+        for a grace period, next to a renamed message table)."""
+        key = (sender_uid, client_msg_id)
 
-        async def q(cur: Cursor) -> StoredMessage | None:
-            found = await find_sent_in(cur, [(sender_uid, client_msg_id)], self.shard_of)
-            return found.get((sender_uid, client_msg_id))
+        async def on(server: _Server) -> StoredMessage | None:
+            async def q(cur: Cursor) -> StoredMessage | None:
+                await cur.execute(sql.find_sent([key]))
+                rows = [r for r in await cur.fetchall() if self._at(int(r[2])) is server]
+                found = await load_sent(cur, rows, self.shard_of) if rows else {}
+                return found.get(key)
 
-        found = await self._each(lambda x: x.db.run(q, tx=False))
+            return await server.db.run(q, tx=False)
+
+        found = await self._each(on)
         msg = next((m for m in found if m is not None), None)
         return None if msg is None else SentRecord.of(msg)
 
