@@ -196,17 +196,53 @@ def host_busy_ticks() -> int | None:
     return sum(fields) - fields[3] - fields[4]
 
 
-def find_pid(*names: str) -> int | None:
-    """The first process whose comm is one of `names` (e.g. the local mariadbd)."""
+def pids_named(*names: str) -> list[int]:
+    """Every process whose comm is one of `names`."""
+    out: list[int] = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/comm") as f:
                     if f.read().strip() in names:
-                        return int(entry)
+                        out.append(int(entry))
             except OSError:
                 continue
-    return None
+    return out
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on TCP `port` (IPv4 and IPv6)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    cols = line.split()
+                    # local_address is HEX_IP:HEX_PORT; state 0A is LISTEN
+                    if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(cols[9])
+        except (OSError, ValueError, IndexError):
+            continue
+    return inodes
+
+
+def service_pid(port: int, *names: str) -> int | None:
+    """The process named one of `names` that listens on `port` (two local MariaDB
+    servers run the same binary: a name alone cannot tell them apart). When the
+    sockets cannot be read (another user's process), the only process of that name,
+    if there is one."""
+    candidates = pids_named(*names)
+    inodes = _listening_inodes(port)
+    for pid in candidates:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:[") and link[8:-1] in inodes:
+                    return pid
+        except OSError:
+            continue
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def kernel_memory() -> dict[str, int]:

@@ -75,10 +75,15 @@ async def test_add_server_under_traffic_loses_nothing(tmp_path: Path) -> None:
         rc, out, err = await cli("db", "add-server", "--store", url, target, "--grace", "2.5")
         assert rc == 0, err + out
         assert "shard map switched" in out
+        moved_at = len(acked)
         await asyncio.sleep(1.5)  # traffic on the new map
         stop.set()
         await asyncio.gather(*tasks)
-        assert before > 20 and len(acked) > before + 20  # sends went on before and after
+        assert before > 20 and len(acked) > moved_at + 20  # sends went on before and after
+        # ... to the moving shards too: acked on the old server, then on the new one
+        order = list(acked)
+        assert any(c % 4 >= 2 for c, _ in order[:before])
+        assert any(c % 4 >= 2 for c, _ in order[moved_at:])
 
         # Every acked message once, at its acked seq; every conversation's seqs 1..n.
         reader = await Wire.login(server.port, 1, "reader")
