@@ -27,7 +27,7 @@ import structlog
 import uvloop
 
 from gateway.admin import AdminServer
-from gateway.config import Config
+from gateway.config import REDIS_URLS, Config
 from gateway.connection import Connection
 from gateway.gctune import quiet_gc
 from gateway.limits import connection_cap, raise_nofile
@@ -71,7 +71,7 @@ class Server:
         cfg = self.config
         nofile = raise_nofile()
         node_id = cfg.node_id or default_node_id()
-        if cfg.cache.startswith(("redis://", "rediss://")):
+        if cfg.cache.startswith(REDIS_URLS):
             await self._lease_worker_id(node_id)
         self.backends = open_backends(cfg.store_url(), cfg.cache, cfg.bus, ids=self.ids)
         await self.backends.store.start()
