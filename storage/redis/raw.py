@@ -15,11 +15,12 @@ pipeline is sent once more on a fresh connection, as the client's own retry poli
 does. The caller bounds the time (`storage.redis.errors.unavailable`); a pipeline cut
 off mid-way closes its connection, so no later pipeline reads its replies.
 
-On Redis Cluster (`run` with a `RedisCluster` client) there is no single connection to
-write to: the commands go through redis-py's cluster pipeline, which groups them by the
-master of each key's slot, sends one pipeline per master concurrently, and sends a
-command answered MOVED, ASK or TRYAGAIN (a slot moved or moving) again on its own,
-following the redirection. Slower per command than the packed path, and correct.
+On Redis Cluster there is no single connection to write to (`cluster_pipeline`): the
+commands go through redis-py's cluster pipeline, which groups them by the master of each
+key's slot, sends one pipeline per master concurrently, and sends a command answered
+MOVED, ASK or TRYAGAIN (a slot moved or moving) again on its own, following the
+redirection. Slower per command than the packed path, and correct. Callers choose by
+the client's type, so the single-Redis path packs and sends exactly as before.
 """
 
 from __future__ import annotations
@@ -31,8 +32,6 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-
-from storage.redis.connect import Client
 
 Arg = bytes | str | int
 Command = tuple[Arg, ...]  # a command's name and arguments, not yet packed
@@ -97,15 +96,6 @@ async def pipeline(client: aioredis.Redis, commands: Sequence[bytes]) -> list[Re
         finally:
             await pool.release(conn)
     raise AssertionError("unreachable")
-
-
-async def run(client: Client, commands: Sequence[Command]) -> list[Reply]:
-    """Send `commands` as one pipeline (`pipeline`, packed) on a single Redis, or one
-    pipeline per master on Redis Cluster (`cluster_pipeline`); their replies in order, an
-    error reply returned as its exception."""
-    if isinstance(client, RedisCluster):
-        return await cluster_pipeline(client, commands)
-    return await pipeline(client, [pack(*c) for c in commands])
 
 
 async def cluster_pipeline(client: RedisCluster, commands: Sequence[Command]) -> list[Reply]:

@@ -300,9 +300,15 @@ class RedisRouteStore:
         if not wanted:
             return {}
         async with unavailable("route online", self._limit):
-            replies = await raw.run(
-                self._client, [(b"HGETALL", self.online_key(uid)) for uid in wanted]
-            )
+            client = self._client
+            if isinstance(client, RedisCluster):
+                replies = await raw.cluster_pipeline(
+                    client, [(b"HGETALL", self.online_key(uid)) for uid in wanted]
+                )
+            else:  # the hot path: packed once, one write
+                replies = await raw.pipeline(
+                    client, [raw.pack(b"HGETALL", self.online_key(uid)) for uid in wanted]
+                )
             for r in replies:
                 if isinstance(r, Exception):
                     raise r

@@ -8,7 +8,7 @@ to run twice). redis-py's own pipeline support for scripts sends a SCRIPT EXISTS
 every pipeline (a second round trip); here the pipeline is sent as is, and only when
 Redis answers NOSCRIPT (its script cache was flushed, e.g. by a restart) are the scripts
 loaded and the refused calls sent again. A refused call did not run, so that is safe.
-On Redis Cluster the pipeline is one per master (`raw.run`), and SCRIPT LOAD goes to
+On Redis Cluster the pipeline is one per master (`raw.cluster_pipeline`), and SCRIPT LOAD goes to
 every master.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
@@ -62,8 +63,14 @@ async def run_pipelined(
 
 
 async def _send(client: Client, calls: Sequence[ScriptCall]) -> list[Reply]:
-    return await raw.run(
-        client, [(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls]
+    if isinstance(client, RedisCluster):
+        return await raw.cluster_pipeline(
+            client,
+            [(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
+        )
+    return await raw.pipeline(
+        client,
+        [raw.pack(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
     )
 
 
