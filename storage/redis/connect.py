@@ -8,7 +8,8 @@
 A `+cluster` URL opens redis-py's `RedisCluster` (`Client` is either kind): the listed
 nodes are only where it starts; it learns the slots from them, sends each command to the
 master of its key's slot and follows MOVED/ASK redirections. Cluster mode has no `db`
-(always 0) and no unix sockets.
+(always 0) and no unix sockets; `max_connections` (default 256) is per master, and a
+command finding all of them busy fails at once instead of waiting.
 
 - `prefix` is prepended to every key the adapters write, so tests and tenants can share
   one server. It may not contain `{` or `}` (that would move the keys' hash tags).
@@ -41,6 +42,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 DEFAULT_TIMEOUT_S: Final = 1.0
 DEFAULT_MAX_CONNECTIONS: Final = 64
+CLUSTER_MAX_CONNECTIONS: Final = 256
 HEALTH_CHECK_INTERVAL_S: Final = 30
 SCHEMES: Final = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
@@ -117,7 +119,9 @@ def _cluster(
             raise ValueError(f"bad node {hostport!r} in Redis Cluster URL {url!r}: use host:port")
         nodes.append(ClusterNode(host, int(port)))
     options: dict[str, object] = {
-        "max_connections": DEFAULT_MAX_CONNECTIONS,  # per node
+        # per master; redis-py's cluster pool does not wait for a free connection (past
+        # the cap a command fails at once), so the cap is higher than a single pool's
+        "max_connections": CLUSTER_MAX_CONNECTIONS,
         "decode_responses": False,
         "socket_timeout": None,  # the adapters bound each operation (see above)
         "socket_connect_timeout": timeout,

@@ -1,0 +1,91 @@
+"""Operating the tests' Redis Cluster (tests/support/services.py starts it): who owns a
+slot, moving a slot from one master to another the way `redis-cli --cluster reshard`
+does, and wiping one master's data."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+
+from tests.support.services import CLUSTER_PORTS
+
+HOST = "127.0.0.1"
+
+
+@asynccontextmanager
+async def node(port: int) -> AsyncIterator[aioredis.Redis]:
+    """A plain (non-cluster) connection to one node, for CLUSTER commands."""
+    client = aioredis.Redis(host=HOST, port=port, socket_timeout=10)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def slot_of(tag: str | int) -> int:
+    return int(key_slot(str(tag).encode()))
+
+
+async def node_id(port: int) -> str:
+    async with node(port) as c:
+        raw = await c.execute_command("CLUSTER", "MYID")
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+async def owner(slot: int) -> int:
+    """The port of the master that serves `slot`, as the cluster says."""
+    async with node(CLUSTER_PORTS[0]) as c:
+        ranges = await c.execute_command("CLUSTER", "SLOTS")
+    for r in ranges:
+        if int(r[0]) <= slot <= int(r[1]):
+            return int(r[2][1])
+    raise AssertionError(f"slot {slot} is not served")
+
+
+async def keys_in(port: int, slot: int) -> int:
+    async with node(port) as c:
+        return int(await c.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot))
+
+
+async def migrate_slot(slot: int, to_port: int, *, asking_s: float = 0.2) -> int:
+    """Move `slot` to the master on `to_port` while clients use it: IMPORTING on the
+    target, MIGRATING on the source, then (after `asking_s`, while new keys of the slot
+    are answered ASK) MIGRATE its keys in batches, then SETSLOT NODE on every master
+    (from then on the source answers MOVED). Returns how many keys moved."""
+    from_port = await owner(slot)
+    if from_port == to_port:
+        return 0
+    src_id, dst_id = await node_id(from_port), await node_id(to_port)
+    moved = 0
+    async with node(from_port) as src, node(to_port) as dst:
+        await dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+        await src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+        await asyncio.sleep(asking_s)
+        while True:
+            keys = await src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            if not keys:
+                break
+            await src.execute_command("MIGRATE", HOST, to_port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+        await dst.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+        await src.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    for port in CLUSTER_PORTS:
+        if port not in (from_port, to_port):
+            async with node(port) as other:
+                await other.execute_command("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+    return moved
+
+
+async def another_master(port: int) -> int:
+    return next(p for p in CLUSTER_PORTS if p != port)
+
+
+async def flush_master(port: int) -> None:
+    """One master loses every key it holds (as a restart without persistence, or a
+    failover to an empty replica, would); the others keep theirs."""
+    async with node(port) as c:
+        await c.flushall()
