@@ -130,6 +130,10 @@ def _cluster(
         # re-reading the slots (MOVED/ASK/TRYAGAIN are followed apart from this)
         "retry": Retry(NoBackoff(), 1),
         "client_name": "imgw",
+        # a MOVED reply patches that slot's owner and nothing else: redis-py's default
+        # (every 5th MOVED re-reads the whole map by closing every node's connections,
+        # those in use too) failed the commands of other tasks in flight during a reshard
+        "reinitialize_steps": 0,
         "ssl": parts.scheme == "rediss+cluster",
         "username": unquote(user) or None,
         "password": unquote(password) or None,

@@ -356,7 +356,10 @@ class RedisRouteStore:
     def marker_keys(self, client: RedisCluster, node: str) -> list[str]:
         """One marker key per master of the client's current slot map: the key of the
         smallest tag whose slot the master serves."""
-        wanted = {n.name for n in client.get_primaries()}
+        # the masters that serve a slot now (a master left without slots keeps its
+        # place in the client's node list, and no tag would ever find it)
+        slots = client.nodes_manager.slots_cache.values()
+        wanted = {nodes[0].name for nodes in slots if nodes}
         keys: list[str] = []
         for tag in range(MARKER_SEARCH):
             if not wanted:
