@@ -1,15 +1,20 @@
 """Operating the tests' Redis Cluster (tests/support/services.py starts it): who owns a
 slot, moving a slot from one master to another the way `redis-cli --cluster reshard`
-does, and wiping one master's data."""
+does, and wiping one master's data (FLUSHALL, or a restart without persistence)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from tests.support.services import CLUSTER_PORTS
 
@@ -19,7 +24,7 @@ HOST = "127.0.0.1"
 @asynccontextmanager
 async def node(port: int) -> AsyncIterator[aioredis.Redis]:
     """A plain (non-cluster) connection to one node, for CLUSTER commands."""
-    client = aioredis.Redis(host=HOST, port=port, socket_timeout=10)
+    client = aioredis.Redis(host=HOST, port=port, socket_timeout=10, retry=Retry(NoBackoff(), 0))
     try:
         yield client
     finally:
@@ -89,3 +94,53 @@ async def flush_master(port: int) -> None:
     failover to an empty replica, would); the others keep theirs."""
     async with node(port) as c:
         await c.flushall()
+
+
+async def restart_empty(port: int, *, down_s: float = 0.3) -> None:
+    """The master on `port` dies (SHUTDOWN NOSAVE: its data is gone, its clients' connections
+    reset) and comes back `down_s` later from its own nodes.conf: the same node id and
+    slots, no keys, as a master without persistence restarted by its supervisor would.
+    Returns once the cluster answers ok again."""
+    async with node(port) as c:
+        directory = str((await c.config_get("dir"))["dir"])
+        logfile = str((await c.config_get("logfile"))["logfile"])
+        with contextlib.suppress(RedisConnectionError, OSError):  # it hangs up as it exits
+            await c.execute_command("SHUTDOWN", "NOSAVE")
+    deadline = time.monotonic() + 10
+    while await _answers(port):
+        assert time.monotonic() < deadline, f"node {port} did not stop"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(down_s)
+    args = ["--port", str(port), "--bind", HOST, "--cluster-enabled", "yes"]
+    args += ["--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
+    args += ["--save", "", "--appendonly", "no", "--dir", directory, "--daemonize", "yes"]
+    if logfile:
+        args += ["--logfile", logfile]
+    server = await asyncio.create_subprocess_exec("redis-server", *args)
+    assert await server.wait() == 0, f"redis-server on {port} did not start"
+    while not await _cluster_ok():
+        assert time.monotonic() < deadline + 10, f"the cluster is not ok after {port} came back"
+        await asyncio.sleep(0.05)
+
+
+async def _answers(port: int) -> bool:
+    """Whether anything listens on `port` (no client retries: a refusal is an answer)."""
+    try:
+        _, writer = await asyncio.open_connection(HOST, port)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+async def _cluster_ok() -> bool:
+    for port in CLUSTER_PORTS:
+        try:
+            async with node(port) as c:
+                info = await c.execute_command("CLUSTER", "INFO")
+        except (RedisConnectionError, OSError):
+            return False
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        if "cluster_state:ok" not in text:
+            return False
+    return True
