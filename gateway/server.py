@@ -41,6 +41,7 @@ from storage.snowflake import Snowflake
 
 BACKLOG: Final = 4096
 FLUSH_WAIT_S: Final = 2.0
+LEASE_ATTEMPTS: Final = 3  # a starting node's tries for its snowflake worker id
 
 
 def default_node_id() -> str:
@@ -131,12 +132,18 @@ class Server:
         client, prefix = redis_from_url(self.config.cache)
         owner = f"{node_id}:{os.getpid()}:{time.time_ns()}"
         self._lease = WorkerIdLease(client, prefix=prefix, owner=owner)
-        try:
-            self.ids.worker_id = await self._lease.acquire()
-        except BackendUnavailable:
-            await client.aclose()
-            self._lease = None
-            raise
+        for attempt in range(1, LEASE_ATTEMPTS + 1):
+            try:
+                self.ids.worker_id = await self._lease.acquire()
+                break
+            except BackendUnavailable as e:
+                if attempt == LEASE_ATTEMPTS:
+                    await client.aclose()
+                    self._lease = None
+                    raise
+                # a first contact can be slow (a cluster client reads the slot map and
+                # loads the script on every master first): try again before giving up
+                self.log.warning("worker id lease failed; trying again", error=str(e))
         self.log.info("snowflake worker id leased", worker_id=self.ids.worker_id)
         self._lease_task = asyncio.get_running_loop().create_task(self._keep_lease())
 
