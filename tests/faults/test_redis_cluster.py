@@ -175,13 +175,14 @@ async def test_slots_move_between_masters_under_traffic(cgw: Server) -> None:
     assert node.metrics.route_losses._value.get() == 0  # a move is not a loss
 
 
-@pytest.mark.parametrize("how", ["flushall", "restart"])
+@pytest.mark.parametrize("how", ["flushall", "restart", "replaced"])
 async def test_a_master_that_loses_its_data_is_noticed(cgw: Server, how: str) -> None:
-    """The master holding the receiver's route loses every key: FLUSHALL, or killed and
-    restarted empty from its nodes.conf (same node id and slots, no persistence), as a
-    master replaced by an empty one. The node notices within a check (its marker on that
-    master is gone), registers its routes again at once (not at their next renewal, 30 s
-    away), and hints its sessions to pull what fan-out missed; no acked message is lost."""
+    """The master holding the receiver's route loses every key: FLUSHALL; killed and
+    restarted empty from its nodes.conf (same node id and slots, no persistence); or
+    killed and replaced by a new empty node that takes over its slots. The node notices
+    within a check (its marker on that master is gone), registers its routes again at once
+    (not at their next renewal, 30 s away), and hints its sessions to pull what fan-out
+    missed; no acked message is lost."""
     node = cgw.node
     assert node is not None
     port = await rcluster.owner(rcluster.slot_of(RECEIVER))
@@ -194,7 +195,7 @@ async def test_a_master_that_loses_its_data_is_noticed(cgw: Server, how: str) ->
             await rcluster.flush_master(port)
             assert await node.routes.get(RECEIVER, "d") is None
         else:
-            await rcluster.restart_empty(port)
+            await rcluster.restart_empty(port, new_node=how == "replaced")
         while await _route(node, RECEIVER) is None:
             assert time.monotonic() - started < 8, "the route was not registered again"
             await asyncio.sleep(0.05)

@@ -1,6 +1,7 @@
 """Operating the tests' Redis Cluster (tests/support/services.py starts it): who owns a
 slot, moving a slot from one master to another the way `redis-cli --cluster reshard`
-does, and wiping one master's data (FLUSHALL, or a restart without persistence)."""
+does, and wiping one master's data (FLUSHALL, a restart without persistence, or a new
+empty node in its place)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
@@ -96,11 +98,20 @@ async def flush_master(port: int) -> None:
         await c.flushall()
 
 
-async def restart_empty(port: int, *, down_s: float = 0.3) -> None:
+async def restart_empty(port: int, *, new_node: bool = False, down_s: float = 0.3) -> None:
     """The master on `port` dies (SHUTDOWN NOSAVE: its data is gone, its clients' connections
-    reset) and comes back `down_s` later from its own nodes.conf: the same node id and
-    slots, no keys, as a master without persistence restarted by its supervisor would.
-    Returns once the cluster answers ok again."""
+    reset) and `down_s` later an empty master serves its slots on the same port: itself
+    again from its nodes.conf (same node id and slots: a master without persistence
+    restarted by its supervisor), or with `new_node` a new node (new id, no nodes.conf)
+    that the others forget the old one for and that takes over its slots, as an empty
+    replacement would. Returns once the cluster answers ok again."""
+    old_id = await node_id(port)
+    async with node(CLUSTER_PORTS[0] if port != CLUSTER_PORTS[0] else CLUSTER_PORTS[1]) as c:
+        ranges = [
+            (int(r[0]), int(r[1]))
+            for r in await c.execute_command("CLUSTER", "SLOTS")
+            if int(r[2][1]) == port
+        ]
     async with node(port) as c:
         directory = str((await c.config_get("dir"))["dir"])
         logfile = str((await c.config_get("logfile"))["logfile"])
@@ -111,6 +122,8 @@ async def restart_empty(port: int, *, down_s: float = 0.3) -> None:
         assert time.monotonic() < deadline, f"node {port} did not stop"
         await asyncio.sleep(0.05)
     await asyncio.sleep(down_s)
+    if new_node:
+        (Path(directory) / "nodes.conf").unlink(missing_ok=True)
     args = ["--port", str(port), "--bind", HOST, "--cluster-enabled", "yes"]
     args += ["--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"]
     args += ["--save", "", "--appendonly", "no", "--dir", directory, "--daemonize", "yes"]
@@ -118,8 +131,22 @@ async def restart_empty(port: int, *, down_s: float = 0.3) -> None:
         args += ["--logfile", logfile]
     server = await asyncio.create_subprocess_exec("redis-server", *args)
     assert await server.wait() == 0, f"redis-server on {port} did not start"
+    while not await _answers(port):
+        assert time.monotonic() < deadline + 10, f"node {port} did not come back"
+        await asyncio.sleep(0.05)
+    if new_node:
+        assert await node_id(port) != old_id
+        others = [p for p in CLUSTER_PORTS if p != port]
+        for other in others:
+            async with node(other) as c:
+                await c.execute_command("CLUSTER", "FORGET", old_id)
+        async with node(port) as c:
+            for first, last in ranges:
+                await c.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
+            await c.execute_command("CLUSTER", "BUMPEPOCH")
+            await c.execute_command("CLUSTER", "MEET", HOST, others[0])
     while not await _cluster_ok():
-        assert time.monotonic() < deadline + 10, f"the cluster is not ok after {port} came back"
+        assert time.monotonic() < deadline + 20, f"the cluster is not ok after {port} came back"
         await asyncio.sleep(0.05)
 
 
@@ -141,6 +168,7 @@ async def _cluster_ok() -> bool:
         except (RedisConnectionError, OSError):
             return False
         text = info.decode() if isinstance(info, bytes) else str(info)
-        if "cluster_state:ok" not in text:
+        known = f"cluster_known_nodes:{len(CLUSTER_PORTS)}"
+        if "cluster_state:ok" not in text or known not in text:
             return False
     return True
