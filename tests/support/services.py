@@ -21,6 +21,11 @@ MYSQL_PORT = 3306
 MYSQL2_PORT = int(os.environ.get("IMGW_MARIADB2_PORT", "3307"))
 _SECOND = Path(__file__).resolve().parents[2] / "scripts" / "mariadb-second"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# A 3-master Redis Cluster of the tests' own (scripts/redis-cluster: started when its
+# ports do not answer, stopped at the end by the session that started it).
+CLUSTER_PORTS = (7101, 7102, 7103)
+CLUSTER_URL = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in CLUSTER_PORTS) + "/"
+CLUSTER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis-cluster"
 
 _HOW = {
     3306: (
@@ -86,6 +91,33 @@ def fresh_redis_url() -> str:
     """A Redis URL with a private key prefix (delete with drop_redis)."""
     require_port(6379, "Redis")
     return f"{REDIS_URL}?prefix=imgwtest:{secrets.token_hex(6)}:"
+
+
+def _cluster_script(command: str) -> str:
+    env = {**os.environ, "IMGW_CLUSTER_PORTS": " ".join(map(str, CLUSTER_PORTS))}
+    done = subprocess.run(
+        [str(CLUSTER_SCRIPT), command], env=env, capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{CLUSTER_SCRIPT.name} {command} failed ({done.returncode}): "
+            f"{done.stdout}{done.stderr}; start it by hand: scripts/redis-cluster start"
+        )
+    return done.stdout.strip()
+
+
+def start_redis_cluster() -> bool:
+    """Make sure the test cluster answers; True when this call started it."""
+    return _cluster_script("start").endswith("started")
+
+
+def stop_redis_cluster() -> None:
+    _cluster_script("stop")
+
+
+def fresh_cluster_url() -> str:
+    """A Redis Cluster URL with a private key prefix (delete with drop_redis)."""
+    return f"{CLUSTER_URL}?prefix=imgwtest:{secrets.token_hex(6)}:"
 
 
 async def drop_redis(url: str) -> None:
