@@ -59,6 +59,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="gateway workers (default: 1 per 16,000 connections on redis+amqp, else 1)",
     )  # fmt: skip
     g.add_argument("--shards", type=int, default=16, help="message shards of a fresh database")
+    g.add_argument(
+        "--servers", default="", metavar="HOST:PORT,...",
+        help="spread a fresh database's message shards over --store's server and these "
+        "MySQL servers (the same database name on each; imgw db migrate --servers)",
+    )  # fmt: skip
     g.add_argument("--keep-data", action="store_true", help="keep the fresh database/keys")
     g.add_argument(
         "--gateway-arg", action="append", default=[], metavar="ARG",

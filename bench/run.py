@@ -57,6 +57,7 @@ class Run:
             spec = GatewaySpec(
                 store=args.store, cache=args.cache or "memory://", bus=args.bus or "local://",
                 workers=workers, shards=args.shards, hb=args.gateway_hb,
+                servers=[h for h in getattr(args, "servers", "").split(",") if h],
                 idle=args.gateway_idle, extra=extra, keep_data=args.keep_data,
                 preload=getattr(args, "volume", None), port=args.gateway_port,
                 log_path=args.gateway_log,
