@@ -20,7 +20,7 @@ from typing import Final
 
 import msgpack
 
-from gateway.client import Client, ClientError, SessionEnded, kick_name
+from gateway.client import Client, ClientError, SessionEnded, kick_name, parse_addresses
 from protocol.frames import Error, Kick, MsgRecord, Push, ReadNotify
 from protocol.ops import KickReason, MsgType
 from protocol.token import DEVICE_RE, sign_token
@@ -269,22 +269,33 @@ async def _chat(args: argparse.Namespace, kid: str, secret: str) -> int:
         await client.close()
 
 
-def main(args: argparse.Namespace) -> int:
+def _problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the command line, if anything."""
     if args.uid < 1:
-        print("imgw chat: --uid must be a positive integer", file=sys.stderr)
-        return 2
+        return "--uid must be a positive integer"
     if DEVICE_RE.fullmatch(args.device) is None:
-        print("imgw chat: --device must match [A-Za-z0-9_-]{1,32}", file=sys.stderr)
-        return 2
+        return "--device must match [A-Za-z0-9_-]{1,32}"
     if args.members and args.create_group is None:
-        print("imgw chat: --members goes with --create-group", file=sys.stderr)
-        return 2
+        return "--members goes with --create-group"
+    if (args.peer is not None and args.peer < 1) or (args.group is not None and args.group < 1):
+        return "--peer and --group must be positive integers"
     try:
-        kid, secret = _signing_key(args)
+        _signing_key(args)
         _members(args.members)
     except ValueError as e:
-        print(f"imgw chat: {e}", file=sys.stderr)
+        return str(e)
+    try:
+        parse_addresses(args.addr)
+    except ValueError as e:
+        return f"--addr: {e}"
+    return None
+
+
+def main(args: argparse.Namespace) -> int:
+    if (problem := _problem(args)) is not None:
+        print(f"imgw chat: {problem}", file=sys.stderr)
         return 2
+    kid, secret = _signing_key(args)
     try:
         return asyncio.run(_chat(args, kid, secret))
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Final
 
 from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
+from gateway.hostport import split_host_port
 from protocol.token import DEVICE_RE, KID_RE, sign_token
 
 DEV_KEY: Final = "dev:imgw-dev-secret"
@@ -168,9 +169,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(cfg)
 
 
+def _usage_error(command: str, problem: str | None) -> int:
+    """Print `problem` (if any) as the command's usage error; 2 when there was one."""
+    if problem is None:
+        return 0
+    print(f"imgw {command}: {problem}", file=sys.stderr)
+    return 2
+
+
+def _bad_address(option: str, spec: str | None) -> str | None:
+    if spec is None:
+        return None
+    try:
+        split_host_port(spec, default_host="127.0.0.1")
+    except ValueError as e:
+        return f"{option}: {e}"
+    return None
+
+
+def _revoke_problem(args: argparse.Namespace) -> str | None:
+    if args.uid < 1:
+        return "--uid must be a positive integer"
+    if args.device is not None and DEVICE_RE.fullmatch(args.device) is None:
+        return "--device must match [A-Za-z0-9_-]{1,32}"
+    return _bad_address("--admin", args.admin)
+
+
+def _drain_problem(args: argparse.Namespace) -> str | None:
+    if args.pid is not None and args.pid < 1:
+        return "--pid must be a positive process id"
+    if args.rate is not None and not (math.isfinite(args.rate) and args.rate >= 0):
+        return "--rate must be a finite number >= 0 (0 = all at once)"
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        return "--timeout must be a number of seconds above 0"
+    return _bad_address("--admin", args.admin) or _bad_address("--hint", args.hint)
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     from gateway.drain import DrainError, revoke_by_admin
 
+    if rc := _usage_error("revoke", _revoke_problem(args)):
+        return rc
     token = args.admin_token or os.environ.get("IMGW_ADMIN_TOKEN", "")
     try:
         print(revoke_by_admin(args.admin, args.uid, args.device, token=token))
@@ -183,6 +222,8 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 def cmd_drain(args: argparse.Namespace) -> int:
     from gateway.drain import DrainError, drain_by_admin, drain_by_pid
 
+    if rc := _usage_error("drain", _drain_problem(args)):
+        return rc
     try:
         if args.pid is not None:
             if args.rate is not None or args.hint is not None:
@@ -192,8 +233,6 @@ def cmd_drain(args: argparse.Namespace) -> int:
                 )
             drain_by_pid(args.pid, wait=args.wait, timeout=args.timeout)
         elif args.admin is not None:
-            if args.rate is not None and not (math.isfinite(args.rate) and args.rate >= 0):
-                raise DrainError("--rate must be a finite number >= 0 (0 = all at once)")
             drain_by_admin(
                 args.admin,
                 rate=args.rate,
@@ -220,6 +259,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     if args.uid < 1:
         print("imgw token: --uid must be a positive integer", file=sys.stderr)
         return 2
+    if args.ttl < 1:
+        print("imgw token: --ttl must be a positive number of seconds", file=sys.stderr)
+        return 2
     now = int(time.time())
     print(sign_token(args.kid, args.secret, args.uid, args.device, now + args.ttl, iat=now))
     return 0
@@ -231,7 +273,11 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     from storage.errors import StoreUnavailable
     from storage.mysql import MySQLSettings, migrate
 
-    url = args.store or load(config_file=args.config).store_url()
+    try:
+        url = args.store or load(config_file=args.config).store_url()
+    except ConfigError as e:
+        print(f"imgw db migrate: {e}", file=sys.stderr)
+        return 2
     if not url.startswith("mysql://"):
         print(
             "imgw db migrate: the embedded store migrates itself at startup; "
@@ -241,8 +287,14 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = MySQLSettings.from_url(url)
-        if args.shards is not None:
-            settings = dataclasses.replace(settings, shards=args.shards)
+        if args.shards is not None and not 1 <= args.shards <= 1024:
+            raise ValueError("--shards must be 1..1024")
+    except ValueError as e:
+        print(f"imgw db migrate: {e}", file=sys.stderr)
+        return 2
+    if args.shards is not None:
+        settings = dataclasses.replace(settings, shards=args.shards)
+    try:
         done = asyncio.run(migrate(settings))
     except (ValueError, StoreUnavailable) as e:
         print(f"imgw db migrate: {e}", file=sys.stderr)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
+from gateway.hostport import split_host_port
 from protocol.ops import MAX_CONTENT_DEFAULT, MAX_FRAME_DEFAULT
 from protocol.token import KeyRing
 
@@ -144,6 +145,16 @@ class Config:
             raise ConfigError(f"bad token key: {e}") from e
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be 1..65535, got {self.port}")
+        if not 0 <= self.admin_port < 65536:
+            raise ConfigError(f"admin_port must be 1..65535 (0 = none), got {self.admin_port}")
+        _check_numbers(self)
+        if self.reconnect_hint:
+            try:
+                split_host_port(self.reconnect_hint)
+            except ValueError as e:
+                raise ConfigError(f"reconnect_hint: {e}") from None
+        if self.log_level.lower() not in _LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}")
         if self.hb <= 0 or self.idle <= self.hb:
             raise ConfigError(f"need 0 < hb < idle, got hb={self.hb} idle={self.idle}")
         if self.max_content > self.max_frame - 256:
@@ -212,6 +223,34 @@ class Config:
 
 
 _FIELDS: Final = {f.name: f for f in fields(Config)}
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
+# Settings that must be at least 1 (counts and sizes) or a number of seconds or ms > 0;
+# the rest of the numbers are checked in validate() with their neighbours.
+_AT_LEAST_ONE: Final = (
+    "max_frame", "max_content", "max_connections", "max_write_buffer", "max_pending_sends",
+    "max_partial_bytes",
+)  # fmt: skip
+_POSITIVE: Final = (
+    "login_timeout", "route_renew_s", "recall_window", "shutdown_timeout",
+    "check_timeout_ms",
+)  # fmt: skip
+_NOT_NEGATIVE: Final = (
+    "max_connections_per_ip", "token_leeway", "batch_delay_ms", "batch_wait_ms",
+)  # fmt: skip
+
+
+def _check_numbers(cfg: Config) -> None:
+    for name in _AT_LEAST_ONE:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} must be at least 1, got {getattr(cfg, name)}")
+    for name in _POSITIVE:
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name} must be a number above 0, got {value}")
+    for name in _NOT_NEGATIVE:
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{name} must be a number >= 0, got {value}")
 
 
 def _coerce(name: str, raw: Any) -> Any:
