@@ -307,7 +307,15 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
 # -- plugin commands --------------------------------------------------------------------
 
 PLUGIN_GROUP: Final = "imgw.commands"
-BUILTIN_COMMANDS: Final = frozenset({"serve", "token", "db", "drain", "revoke", "chat"})
+COMMAND_HELP: Final = {
+    "serve": "run a gateway node",
+    "chat": "chat from a terminal (try imgw from two of them)",
+    "token": "mint a login token (for testing)",
+    "db": "manage the MySQL schema",
+    "drain": "drain a node: stop accepting, move its clients away at a set rate, exit",
+    "revoke": "revoke a user's tokens (or one device's) and kick its sessions on every node",
+}
+BUILTIN_COMMANDS: Final = frozenset(COMMAND_HELP)
 KNOWN_PLUGINS: Final = {
     # name: (its help in `imgw --help`, the extra of imgw that installs it)
     "bench": ("load the gateway: connect, chat, group, storm, offline", "bench"),
@@ -366,18 +374,47 @@ def run_plugin(name: str, argv: Sequence[str]) -> int:
     return rc
 
 
+def version() -> str:
+    try:
+        return importlib.metadata.version("imgw")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e . in the checkout)"
+
+
+def command_list() -> str:
+    """What bare `imgw` prints: every command (plugins too) with one line each."""
+    plugins = {
+        name: KNOWN_PLUGINS[name][0] if name in KNOWN_PLUGINS else "(plugin command)"
+        for name in sorted(set(KNOWN_PLUGINS) | set(plugin_commands()))
+    }
+    about = {**COMMAND_HELP, **plugins}
+    width = max(map(len, about))
+    lines = [f"  {name:<{width}}  {text}" for name, text in about.items()]
+    return "\n".join(
+        [
+            "usage: imgw COMMAND [OPTIONS]",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "Run `imgw COMMAND --help` for a command's options, `imgw --version` for the version.",
+        ]
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="imgw", description=_DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"imgw {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    serve = sub.add_parser("serve", help="run a gateway node")
+    serve = sub.add_parser("serve", help=COMMAND_HELP["serve"])
     _serve_args(serve)
     serve.set_defaults(func=cmd_serve)
 
     dev_kid, dev_secret = DEV_KEY.split(":", 1)
-    token = sub.add_parser("token", help="mint a login token (for testing)")
+    token = sub.add_parser("token", help=COMMAND_HELP["token"])
     token.add_argument("--uid", type=int, required=True)
     token.add_argument("--device", required=True)
     token.add_argument("--kid", default=dev_kid, help=f"key id (default {dev_kid})")
@@ -391,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     token.set_defaults(func=cmd_token)
 
-    db = sub.add_parser("db", help="manage the MySQL schema")
+    db = sub.add_parser("db", help=COMMAND_HELP["db"])
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     mig = db_sub.add_parser(
         "migrate", help="create or upgrade the schema (idempotent)",
@@ -404,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     drain = sub.add_parser(
         "drain",
-        help="drain a node: stop accepting, move its clients away at a set rate, exit",
+        help=COMMAND_HELP["drain"],
         description=(
             "Make a node stop accepting, KICK its clients with reason draining (they "
             "reconnect elsewhere, to --hint if given) at --rate per second, commit its "
@@ -428,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     revoke = sub.add_parser(
         "revoke",
-        help="revoke a user's tokens (or one device's) and kick its sessions on every node",
+        help=COMMAND_HELP["revoke"],
         description=(
             "Ask a node over its admin port to refuse the tokens of --uid (all devices, or "
             "--device) minted until now, for the longest token lifetime, and to kick its "
@@ -451,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from gateway import chat
 
-    chat_p = sub.add_parser("chat", help="chat from a terminal (try imgw from two of them)")
+    chat_p = sub.add_parser("chat", help=COMMAND_HELP["chat"])
     chat.add_arguments(chat_p, default_key=DEV_KEY)
     chat_p.set_defaults(func=chat.main)
     return parser
@@ -459,7 +496,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    name = argv[0] if argv else ""
+    if not argv:
+        print(command_list(), file=sys.stderr)
+        return 2
+    name = argv[0]
     if name not in BUILTIN_COMMANDS and (name in KNOWN_PLUGINS or name in plugin_commands()):
         return run_plugin(name, argv[1:])  # its own parser, options and --help included
     args = build_parser().parse_args(argv)
