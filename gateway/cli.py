@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
 import importlib.metadata
 import math
@@ -411,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help=COMMAND_HELP["serve"])
     _serve_args(serve)
-    serve.set_defaults(func=cmd_serve)
+    serve.set_defaults(command_parser=serve, func=cmd_serve)
 
     dev_kid, dev_secret = DEV_KEY.split(":", 1)
     token = sub.add_parser("token", help=COMMAND_HELP["token"])
@@ -426,7 +427,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of validity (86400; gateways refuse more than their "
         "token_max_lifetime, 30 days by default)",
     )
-    token.set_defaults(func=cmd_token)
+    token.set_defaults(command_parser=token, func=cmd_token)
 
     db = sub.add_parser("db", help=COMMAND_HELP["db"])
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
@@ -437,7 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
     mig.add_argument("--store", help="mysql://user:password@host:port/database (or IMGW_STORE)")
     mig.add_argument("--shards", type=int, help="message table shards, fixed at first migrate (16)")
     mig.add_argument("--config", help="TOML config file to read the store URL from")
-    mig.set_defaults(func=cmd_db_migrate)
+    mig.set_defaults(command_parser=mig, func=cmd_db_migrate)
 
     drain = sub.add_parser(
         "drain",
@@ -461,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-wait", dest="wait", action="store_false", help="return once the drain started"
     )
     drain.add_argument("--timeout", type=float, default=600, help="seconds to wait (600)")
-    drain.set_defaults(func=cmd_drain)
+    drain.set_defaults(command_parser=drain, func=cmd_drain)
 
     revoke = sub.add_parser(
         "revoke",
@@ -479,7 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("--uid", type=int, required=True)
     revoke.add_argument("--device", help="only this device (default: all of them)")
     revoke.add_argument("--admin-token", help="the node's admin token (env IMGW_ADMIN_TOKEN)")
-    revoke.set_defaults(func=cmd_revoke)
+    revoke.set_defaults(command_parser=revoke, func=cmd_revoke)
 
     # Listed for `imgw --help` only; main() hands `imgw NAME ...` to the plugin whole.
     for name in sorted(set(KNOWN_PLUGINS) | set(plugin_commands())):
@@ -490,19 +491,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     chat_p = sub.add_parser("chat", help=COMMAND_HELP["chat"])
     chat.add_arguments(chat_p, default_key=DEV_KEY)
-    chat_p.set_defaults(func=chat.main)
+    chat_p.set_defaults(command_parser=chat_p, func=chat.main)
     return parser
+
+
+def _unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
+    """Exit with the usage of the command that was given the unknown option (argparse
+    would show the top-level usage), naming the option meant when it is a near miss."""
+    known = [s for a in parser._actions for s in a.option_strings]
+    text = f"unrecognized arguments: {' '.join(unknown)}"
+    for arg in unknown:
+        close = difflib.get_close_matches(arg.partition("=")[0], known, n=1)
+        if arg.startswith("-") and close:
+            text += f" (did you mean {close[0]}?)"
+            break
+    parser.error(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        print(f"imgw: unknown option {argv[0]}\n" if argv else "", end="", file=sys.stderr)
         print(command_list(), file=sys.stderr)
         return 2
     name = argv[0]
     if name not in BUILTIN_COMMANDS and (name in KNOWN_PLUGINS or name in plugin_commands()):
         return run_plugin(name, argv[1:])  # its own parser, options and --help included
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unrecognized(getattr(args, "command_parser", parser), unknown)
     rc: int = args.func(args)
     return rc
 

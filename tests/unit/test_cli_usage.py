@@ -40,3 +40,44 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(["--version"], capsys)
     assert rc == 0
     assert out.strip() == f"imgw {importlib.metadata.version('imgw')}"
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage", "hint"),
+    [
+        (["serve", "--prot", "17070"], "usage: imgw serve", "--prot 17070 (did you mean --port?)"),
+        (
+            ["chat", "--uid", "1", "--peer", "2", "--adr", "h:1"],
+            "usage: imgw chat",
+            "(did you mean --addr?)",
+        ),
+        (
+            ["token", "--uid", "1", "--device", "d", "--ttl=5", "--kidd", "k"],
+            "usage: imgw token",
+            "(did you mean --kid?)",
+        ),
+        (
+            ["db", "migrate", "--stor=x", "--sards", "2"],
+            "usage: imgw db migrate",
+            "(did you mean --shards?)",
+        ),
+        (["drain", "--admni", "h:1"], "usage: imgw drain", "(did you mean --admin?)"),
+    ],
+)
+def test_a_mistyped_option_shows_the_commands_usage(
+    argv: list[str], usage: str, hint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc, _, err = run(argv, capsys)
+    assert rc == 2
+    assert err.startswith(usage), err
+    assert "usage: imgw [-h]" not in err
+    assert "error: unrecognized arguments: " in err and hint in err, err
+
+
+def test_an_unknown_top_level_option_lists_the_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc, _, err = run(["--prot", "1"], capsys)
+    assert rc == 2
+    assert err.startswith("imgw: unknown option --prot\nusage: imgw COMMAND")
+    assert "  serve  " in err
