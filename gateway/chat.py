@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import ssl
 import sys
 import threading
@@ -33,7 +34,10 @@ _EPILOG = """\
 examples:
   imgw chat --uid 1 --peer 2                 (and `imgw chat --uid 2 --peer 1` elsewhere)
   imgw chat --uid 1 --create-group team --members 2,3
-  imgw chat --uid 2 --group 17 --addr 10.0.0.5:7070
+  imgw chat --uid 2 --group 17 --addr 10.0.0.5:7070 --device laptop
+
+Each window is a device of its own unless --device says which: the same uid and device
+in two windows logs the first one out (kicked: duplicate_login).
 
 Type a line and press Enter to send it; /quit or end of input (Ctrl-D) exits.
 Incoming messages print as "[HH:MM:SS] <sender uid>: text".
@@ -58,7 +62,11 @@ def add_arguments(p: argparse.ArgumentParser, *, default_key: str) -> None:
         metavar="HOST:PORT[,HOST:PORT]",
         help="gateway address(es) (default 127.0.0.1:7070)",
     )
-    p.add_argument("--device", default="cli", help='device name (default "cli")')
+    p.add_argument(
+        "--device",
+        help="device name (default: one per terminal, cli-pts-N, or cli-PID without one); "
+        "the same uid and device in a second window logs the first one out",
+    )
     p.add_argument("--tls", action="store_true", help="connect with TLS")
     p.add_argument("--ca", metavar="PEM", help="with --tls: trust this CA (default: the system's)")
     p.add_argument(
@@ -68,6 +76,18 @@ def add_arguments(p: argparse.ArgumentParser, *, default_key: str) -> None:
         "development key)",
     )
     p.set_defaults(chat_default_key=default_key)
+
+
+def default_device() -> str:
+    """A device name of its own for each `imgw chat`, so that several windows of one uid
+    (the README's examples) do not log each other out: the terminal's (cli-pts-3), or
+    the process's (cli-4711) when stdin is not a terminal."""
+    try:
+        tty = os.ttyname(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):
+        return f"cli-{os.getpid()}"
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", tty.removeprefix("/dev/")).strip("-")
+    return f"cli-{name}"[:32]
 
 
 def _signing_key(args: argparse.Namespace) -> tuple[str, str]:
@@ -248,7 +268,9 @@ async def _chat(args: argparse.Namespace, kid: str, secret: str) -> int:
         except ClientError as e:
             _err(f"imgw chat: {e}")
             return 1
-        _say(f"--- {what}, conversation {conv_id} on {ok.node}; /quit to exit ---")
+        _say(
+            f"--- {what}, conversation {conv_id} on {ok.node}, as {uid}/{device}; /quit to exit ---"
+        )
         lines = _start_stdin_reader(asyncio.get_running_loop())
         typing = asyncio.create_task(chat.type_lines(lines))
         showing = asyncio.create_task(chat.show_incoming())
@@ -292,6 +314,8 @@ def _problem(args: argparse.Namespace) -> str | None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.device is None:
+        args.device = default_device()
     if (problem := _problem(args)) is not None:
         print(f"imgw chat: {problem}", file=sys.stderr)
         return 2
