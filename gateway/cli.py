@@ -38,7 +38,11 @@ then try it from two terminals with `imgw chat --uid 1 --peer 2` and
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML file with settings (keys as the long flags)")
+    p.add_argument(
+        "--config",
+        help="TOML file with settings, keys spelled as the long flags (token-key = "
+        '"kid:secret"); imgw.example.toml in the source lists every one (env IMGW_CONFIG)',
+    )
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="TCP port (default 7070)")
     p.add_argument(

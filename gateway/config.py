@@ -4,6 +4,7 @@ file, environment variables (IMGW_<NAME>) and command-line flags."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -253,6 +254,34 @@ def _check_numbers(cfg: Config) -> None:
             raise ConfigError(f"{name} must be a number >= 0, got {value}")
 
 
+# The settings whose flag is spelled otherwise than the field (--token-key is repeated
+# for token_keys; the flags of the *_s durations drop the unit): the file and the
+# environment take both spellings.
+FLAG_SPELLINGS: Final = {
+    "token_key": "token_keys",
+    "sync_hint_spread": "sync_hint_spread_s",
+    "node_lease": "node_lease_s",
+    "route_check": "route_check_s",
+}
+
+
+def setting_name(key: str) -> str | None:
+    """The Config field that a file key or an environment name (after IMGW_) sets:
+    flag spelling or field spelling, dashes or underscores, any case; None if none."""
+    name = key.replace("-", "_").lower()
+    name = FLAG_SPELLINGS.get(name, name)
+    return name if name in _FIELDS else None
+
+
+def _unknown(key: str, path: str) -> ConfigError:
+    spellings = [*_FIELDS, *FLAG_SPELLINGS]
+    close = difflib.get_close_matches(key.replace("-", "_"), spellings, n=1)
+    hint = f" (did you mean {close[0].replace('_', '-')}?)" if close else ""
+    return ConfigError(
+        f"unknown setting {key!r} in {path}{hint}; imgw.example.toml lists every setting"
+    )
+
+
 def _coerce(name: str, raw: Any) -> Any:
     kind = _FIELDS[name].type
     try:
@@ -285,14 +314,13 @@ def load(
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"cannot read config file {path}: {e}") from e
         for key, raw in data.items():
-            name = key.replace("-", "_")
-            if name not in _FIELDS:
-                raise ConfigError(f"unknown setting {key!r} in {path}")
+            if (name := setting_name(key)) is None:
+                raise _unknown(key, path)
             values[name] = _coerce(name, raw)
     for key, raw in (env if env is not None else os.environ).items():
         if key.startswith(ENV_PREFIX) and key != ENV_PREFIX + "CONFIG":
-            name = key[len(ENV_PREFIX) :].lower()
-            if name in _FIELDS:
+            name = setting_name(key[len(ENV_PREFIX) :])
+            if name is not None:
                 values[name] = _coerce(name, raw)
     for name, raw in (overrides or {}).items():
         if raw is None or (name == "token_keys" and not raw):
