@@ -84,6 +84,8 @@ BAD = [
     ("chat --uid 1 --peer x", "invalid int value"),
     ("chat --uid 1 --create-group t --members a,b", "--members must be uids"),
     ("chat --uid 1 --peer 2 --key nocolon", "--key must be KID:SECRET"),
+    ("chat --uid 1 --create-group team", "--create-group needs --members UID,UID"),
+    ("chat --uid 1 --create-group team --members 1", "--create-group needs --members"),
     # imgw bench (a plugin command with its own parser)
     ("bench connect --addr 127.0.0.1 --token-key a:b", "--addr: bad address"),
     ("bench connect --addr h:1 --token-key a:b --connections -1", "--connections >= 1"),
