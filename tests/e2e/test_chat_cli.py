@@ -15,6 +15,7 @@ import pytest
 
 from gateway.client import Client
 from gateway.server import Server
+from tests.support.tcpproxy import TcpProxy
 from tests.support.wire import TOKEN_KEY, token
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,9 +42,13 @@ class Chat:
         return cls(proc)
 
     async def until(self, text: str) -> str:
-        """The next line containing `text`; fails with what came instead."""
+        """The first line containing `text`, printed so far or to come; fails with what
+        came instead."""
         assert self.proc.stdout is not None
         start = len(self.lines)
+        for line in self.lines:
+            if text in line:
+                return line
         try:
             async with asyncio.timeout(WAIT_S):
                 while line := (await self.proc.stdout.readline()).decode():
@@ -152,4 +157,36 @@ async def test_cannot_connect_asks_whether_a_gateway_runs(gw: Server) -> None:
     assert chat.proc.returncode == 1
     assert err.decode().strip().endswith("; is `imgw serve` running there? (--addr says where)"), (
         err
+    )
+
+
+async def test_a_lost_connection_is_shown_and_so_is_its_return(gw: Server) -> None:
+    proxy = TcpProxy("127.0.0.1", gw.port)  # cut: as a gateway killed with -9 looks
+    await proxy.start()
+    chat = await Chat.start(proxy.port, "--uid", "51", "--peer", "52")
+    try:
+        async with client(gw, 52) as peer:
+            conv_id = await peer.open_p2p(51)
+            await chat.until("/quit to exit")
+            proxy.cut()
+            await chat.until("* connection to the gateway lost; reconnecting")
+            await chat.type("typed while down")
+            await chat.until('(pending) "typed while down": sent once the gateway acks it')
+            for text in (b"missed one", b"missed two"):
+                await peer.send(conv_id, text)
+            proxy.restore()
+            await chat.until("* reconnected to test-node; catching up")
+            await chat.until("* back: 2 missed messages caught up")
+            await chat.until('(sent) "typed while down"')
+            history = await peer.history(conv_id)
+            assert history.msgs[-1].content == b"typed while down"
+        assert await chat.quit() == (0, "")
+    finally:
+        await chat.kill()
+        await proxy.close()
+    after = chat.lines[chat.lines.index("* reconnected to test-node; catching up") :]
+    missed = [line.split("] ", 1)[1] for line in after if line.startswith("[")]
+    assert missed == ["52: missed one", "52: missed two"]
+    assert after.index("* back: 2 missed messages caught up") > max(
+        i for i, line in enumerate(after) if "52: missed two" in line
     )
