@@ -36,8 +36,9 @@ def test_config(tmp_path: Path, **overrides: Any) -> Config:
 
 
 # embedded: SQLite + in-process routes. mysql: MySQL alone (what runs while Redis is
-# down). production: MySQL + Redis.
-BACKENDS = ("embedded", "mysql", "production")
+# down). production: MySQL + Redis. sharded: MySQL alone, its message shards split over
+# two servers (3306 and the second MariaDB, scripts/mariadb-second).
+BACKENDS = ("embedded", "mysql", "production", "sharded")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -93,7 +94,7 @@ async def backend_urls(backend: str) -> AsyncIterator[dict[str, str]]:
     if backend == "embedded":
         yield {}
         return
-    url = await fresh_mysql()
+    url = await fresh_mysql(4, sharded=True) if backend == "sharded" else await fresh_mysql()
     cache = fresh_redis_url() if backend == "production" else "memory://"
     try:
         yield {"store": url, "cache": cache}

@@ -58,6 +58,13 @@ BAD = [
     ("db migrate --store mysql://u@h:3306/d?pool=x", "bad option"),
     ("db migrate --store mysql://u@h:3306/d --shards 0", "--shards must be 1..1024"),
     ("db migrate --store mysql://u@h:3306/d --shards x", "invalid int value"),
+    ("db migrate --store mysql://u@h:3306/d --servers mysql://h:99999/d", "Port out of range"),
+    ("db status --store mysql://u@h:99999/d", "Port out of range"),
+    ("db status --store sqlite:///x.db", "pass --store mysql://"),
+    ("db add-server mysql://h2:3306/d --store mysql://u@h:99999/d", "Port out of range"),
+    ("db add-server mysql://h2:99999/d --store mysql://u@h:3306/d", "URL: "),
+    ("db add-server mysql://h2:3306/d --store mysql://u@h:3306/d --take 0", "--take must be"),
+    ("db add-server mysql://h2:3306/d --store mysql://u@h:3306/d --grace nan", "--grace must"),
     # imgw drain
     ("drain --admin 127.0.0.1", "--admin: bad address '127.0.0.1'"),
     ("drain --admin nowhere", "--admin: bad address"),
