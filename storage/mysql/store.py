@@ -26,6 +26,8 @@ import msgpack
 from asyncmy import errors as db_errors
 
 from protocol.ops import ConvKind, MsgType
+from storage.archive import tiered
+from storage.archive.index import FILES_SQL, ArchiveFile
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change
 from storage.models import (
@@ -130,7 +132,12 @@ class MySQLStore:
                 "DELETE FROM im_send_dedup WHERE created_ms < %s LIMIT %s",
                 (self._clock() - keep_ms, limit),
             )
-            return rowcount(cur)
+            gone = rowcount(cur)
+            await cur.execute(  # the records of archived sends (storage/archive)
+                "DELETE FROM im_archive_sent WHERE send_ms < %s LIMIT %s",
+                (self._clock() - keep_ms, limit),
+            )
+            return gone
 
         return await self._run(body)
 
@@ -390,7 +397,17 @@ class MySQLStore:
             return list(await cur.fetchall())
 
         rows = await self._run(q, tx=False)
-        return [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
+        hot = [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
+        return await tiered.read_after(conv_id, lo, hi, limit, hot, self._archived)
+
+    async def _archived(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
+        """The archive files holding seqs lo..hi of the conversation (storage/archive)."""
+
+        async def q(cur: Cursor) -> list[ArchiveFile]:
+            await cur.execute(FILES_SQL.format(p="%s"), (conv_id, hi, lo))
+            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in await cur.fetchall()]
+
+        return await self._run(q, tx=False)
 
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
@@ -408,7 +425,8 @@ class MySQLStore:
             return list(await cur.fetchall())
 
         rows = await self._run(q, tx=False)
-        return [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
+        hot = [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
+        return await tiered.read_before(conv_id, min_seq, hi, limit, hot, self._archived)
 
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
