@@ -1,0 +1,199 @@
+"""`imgw archive` on MariaDB (and the production store, Redis in front): the move, the
+pages across the boundary, retried sends, a recall racing the archiver, migrate."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiomysql
+import pytest
+
+from protocol.ops import MsgType
+from storage.archive import objects
+from storage.archive.index import MySQLIndex
+from storage.archive.run import archive_run
+from storage.models import AppendStatus, NewMessage, RecallStatus
+from storage.mysql import MySQLSettings, MySQLStore, migrate
+from storage.mysql.schema import SCHEMA_VERSION, message_table
+from storage.production import ProductionStore
+from storage.redis import RedisCache, redis_from_url
+from storage.redis.recent import RecentCache
+from tests.archive.common import DAY, T0, Clock, History, all_pages, diff_pages, fill
+from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
+
+SHARDS = 2
+
+
+@pytest.fixture
+async def mysql_url() -> AsyncIterator[str]:
+    url = await fresh_mysql(shards=SHARDS)
+    try:
+        yield url
+    finally:
+        await drop_mysql(url)
+
+
+async def rows_of(url: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """(hot rows, archived rows) as (conv_id, seq, id, sender, type, content, ms, cmid,
+    recall seq), each sorted."""
+    s = MySQLSettings.from_url(url)
+    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
+                                  db=s.database, autocommit=True)  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            hot: list[tuple[object, ...]] = []
+            for shard in range(SHARDS):
+                await cur.execute(
+                    "SELECT conv_id, seq, id, sender_uid, msg_type, content, send_ms, "
+                    f"COALESCE(client_msg_id, ''), status FROM {message_table(shard)}"
+                )
+                hot += [(*r[:5], bytes(r[5]), r[6], bytes(r[7]).decode(), r[8])
+                        for r in await cur.fetchall()]  # fmt: skip
+            await cur.execute(
+                "SELECT conv_id, seq_lo, seq_hi, root, file_key, n_rows FROM im_archive "
+                "ORDER BY conv_id, seq_lo"
+            )
+            index = list(await cur.fetchall())
+    finally:
+        conn.close()
+    cold: list[tuple[object, ...]] = []
+    for conv, lo, hi, root, key, n in index:
+        got = objects.read_file(objects.open_location(root), key)
+        assert [a.msg.seq for a in got] == list(range(lo, hi + 1)) == list(range(lo, lo + n))
+        assert all(a.msg.conv_id == conv for a in got)
+        cold += [(m.conv_id, m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content, m.server_ms,
+                  m.client_msg_id, a.recall_seq) for a in got for m in [a.msg]]  # fmt: skip
+    return sorted(hot), sorted(cold)
+
+
+async def archive(url: str, to: str, clock: Clock, older_than_ms: int) -> int:
+    index = MySQLIndex(MySQLSettings.from_url(url), clock=clock)
+    await index.open()
+    try:
+        report = await archive_run(index, to, older_than_ms=older_than_ms)
+    finally:
+        await index.close()
+    assert not report.failures
+    return report.rows
+
+
+async def test_mysql_archive_and_pages_across(mysql_url: str, tmp_path: Path) -> None:
+    clock = Clock()
+    store = MySQLStore(MySQLSettings.from_url(mysql_url), clock=clock)
+    await store.start()
+    redis_url = fresh_redis_url()
+    client, prefix = redis_from_url(redis_url)
+    prod = ProductionStore(
+        MySQLStore(MySQLSettings.from_url(mysql_url), clock=clock),
+        RedisCache(client, prefix=prefix),
+        RecentCache(client, prefix=prefix),
+    )
+    await prod.start()
+    try:
+        h: History = await fill(prod, clock)  # the recent cache holds the newest 200
+        await prod.cache_settled()
+        hot0, _ = await rows_of(mysql_url)
+        want = await all_pages(store, h)
+        assert diff_pages(want, await all_pages(prod, h)) == []
+        clock.ms = T0 + 20 * DAY
+        url = (tmp_path / "arch").as_uri()
+        assert await archive(mysql_url, url, clock, 15 * DAY) > 0
+        hot, cold = await rows_of(mysql_url)
+        assert sorted(hot + cold) == hot0 and hot and cold
+        assert diff_pages(want, await all_pages(store, h)) == []
+        assert diff_pages(want, await all_pages(prod, h)) == []
+        assert await archive(mysql_url, url, clock, 0) > 0
+        hot, cold = await rows_of(mysql_url)
+        assert hot == [] and cold == hot0
+        assert diff_pages(want, await all_pages(store, h)) == []
+        assert diff_pages(want, await all_pages(prod, h)) == []
+        # seqs go on from the untouched counter; a retried send of an archived message
+        # (inside the 48 h window) gets its original ack, through MySQL and Redis alike
+        conv = h.convs[0]
+        top = max(r[1] for r in hot0 if r[0] == conv)
+        (sent,) = await prod.append([NewMessage(conv, 1, "late", MsgType.TEXT, b"x")])
+        assert sent.message is not None and sent.message.seq == top + 1
+        assert await archive(mysql_url, url, clock, 0) == 1
+        for s in (store, prod):
+            (again,) = await s.append([NewMessage(conv, 1, "late", MsgType.TEXT, b"x")])
+            assert again.status is AppendStatus.DUPLICATE and again.message == sent.message
+            (other,) = await s.append([NewMessage(conv, 1, "late", MsgType.TEXT, b"y")])
+            assert other.status is AppendStatus.CONFLICT
+        got = await store.recall(conv, top + 1, 1, window_ms=10**12, min_seq=0)
+        assert got.status is RecallStatus.NO_SUCH_MESSAGE  # archived: not there to recall
+        (nxt,) = await prod.append([NewMessage(conv, 2, "next", MsgType.TEXT, b"z")])
+        assert nxt.message is not None and nxt.message.seq == top + 2
+        page, more = await prod.read_before(conv, 0, 3, min_seq=0, max_seq=None)
+        assert [m.seq for m in page] == [top, top + 1, top + 2] and more
+        # housekeeping drops the archived send records with the idempotency records
+        clock.ms += 49 * 3600 * 1000
+        await store.maintain()
+        assert await store.find_sent(1, "late") is None
+    finally:
+        await prod.close()
+        await store.close()
+        await drop_redis(redis_url)
+        await client.aclose()
+
+
+async def test_a_recall_that_lands_first_is_archived_as_recalled(
+    mysql_url: str, tmp_path: Path
+) -> None:
+    """The commit re-reads its rows under lock: a recall between the archiver's read and
+    its commit makes it read the batch again, so the recalled form is what is archived."""
+    clock = Clock()
+    store = MySQLStore(MySQLSettings.from_url(mysql_url), clock=clock)
+    await store.start()
+    index = MySQLIndex(MySQLSettings.from_url(mysql_url), clock=clock)
+    await index.open()
+    try:
+        conv = await store.open_p2p(1, 2)
+        res = await store.append(
+            [NewMessage(conv, 1, f"r{i}", MsgType.TEXT, b"t") for i in range(5)]
+        )
+        target = res[2].message
+        assert target is not None
+        real = index.hot_batch
+        recalled = []
+
+        async def read_then_recall(conv_id: int, after: int, limit: int):  # type: ignore[no-untyped-def]
+            rows = await real(conv_id, after, limit)
+            if not recalled:
+                got = await store.recall(conv, target.seq, 1, window_ms=60_000, min_seq=0)
+                recalled.append(got.status)
+            return rows
+
+        index.hot_batch = read_then_recall  # type: ignore[method-assign]
+        report = await archive_run(index, (tmp_path / "a").as_uri(), older_than_ms=0)
+        assert recalled == [RecallStatus.RECALLED] and not report.failures
+        assert report.rows == 6  # the five and the RECALL message
+        page, _ = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
+        assert [m.seq for m in page] == [1, 2, 3, 4, 5, 6]
+        assert (page[2].msg_type, page[2].content) == (MsgType.RECALL, b"")
+    finally:
+        await index.close()
+        await store.close()
+
+
+async def test_migrate_adds_the_archive_tables_to_an_older_schema(mysql_url: str) -> None:
+    s = MySQLSettings.from_url(mysql_url)
+    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
+                                  db=s.database, autocommit=True)  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("DROP TABLE im_archive, im_archive_sent")
+            await cur.execute("UPDATE im_meta SET value='3' WHERE name='schema_version'")
+        store = MySQLStore(s)
+        with pytest.raises(Exception, match="imgw db migrate"):
+            await store.start()
+        await store.close()
+        done = await migrate(s)
+        assert done
+        async with conn.cursor() as cur:
+            await cur.execute("SHOW TABLES LIKE 'im\\_archive%%'")
+            assert {r[0] for r in await cur.fetchall()} == {"im_archive", "im_archive_sent"}
+            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
+            assert (await cur.fetchone())[0] == str(SCHEMA_VERSION)
+    finally:
+        conn.close()
