@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 
 from storage.archive.index import ArchiveFile, run_blocking
+from storage.errors import StoreUnavailable
 from storage.models import StoredMessage
 
 Page = tuple[list[StoredMessage], bool]
@@ -33,6 +34,15 @@ def _read(files: Sequence[ArchiveFile], lo: int, hi: int) -> list[StoredMessage]
         loc = objects.open_location(f.root)
         out += [a.msg for a in objects.read_file(loc, f.key) if lo <= a.msg.seq <= hi]
     return out
+
+
+async def _read_files(files: Sequence[ArchiveFile], lo: int, hi: int) -> list[StoredMessage]:
+    """The archived messages lo..hi of `files`; StoreUnavailable when the archive cannot
+    be read (object storage down, a file missing): the page is refused, never short."""
+    try:
+        return await run_blocking(_read, files, lo, hi)
+    except (OSError, ValueError) as e:  # pyarrow: OSError for I/O, S3 included
+        raise StoreUnavailable(f"archive: {e}") from e
 
 
 def _merge(older: list[StoredMessage], hot: list[StoredMessage]) -> list[StoredMessage]:
@@ -62,7 +72,7 @@ async def read_after(
         span += min(f.seq_hi, top) - max(f.seq_lo, low) + 1
         if span > limit:
             break
-    older = await run_blocking(_read, wanted, low, top)
+    older = await _read_files(wanted, low, top)
     merged = _merge(older, rows)
     return merged[:limit], more or len(merged) > limit
 
@@ -89,6 +99,6 @@ async def read_before(
         span += min(f.seq_hi, top) - max(f.seq_lo, low) + 1
         if span >= need:
             break
-    older = await run_blocking(_read, list(reversed(wanted)), low, top)
+    older = await _read_files(list(reversed(wanted)), low, top)
     merged = _merge(older, rows)
     return merged[-limit:], len(merged) > limit

@@ -20,6 +20,7 @@ from storage.archive import objects
 from storage.archive.index import SqliteIndex
 from storage.archive.run import BATCH_MAX, archive_run, batch_size
 from storage.embedded import EmbeddedStore
+from storage.errors import StoreUnavailable
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from tests.archive.common import DAY, T0, Clock, History, all_pages, diff_pages, fill
 
@@ -318,3 +319,24 @@ async def test_archive_to_s3(
     assert keys == sorted(f"cold/msgs/{k}" for *_, k, _n in index_rows(path))
     assert sorted(db_rows(path) + archived_rows(path)) == before
     assert diff_pages(pages, await pages_of(path, h, clock)) == []
+
+
+async def test_an_unreadable_archive_refuses_the_page(
+    filled: tuple[str, History, Clock], tmp_path: Path
+) -> None:
+    """A page that needs a file the archive cannot give is refused (StoreUnavailable:
+    the client is told `unavailable`), never answered short."""
+    path, h, clock = filled
+    await run(path, (tmp_path / "arch").as_uri(), clock, 0)
+    conv = h.convs[0]
+    _, lo, hi, _root, key, _n = index_rows(path)[0]
+    (tmp_path / "arch" / key).unlink()
+    store = EmbeddedStore(path, clock=clock)
+    await store.start()
+    try:
+        with pytest.raises(StoreUnavailable, match="archive"):
+            await store.read_after(conv, lo - 1, 10, min_seq=0, max_seq=None)
+        with pytest.raises(StoreUnavailable, match="archive"):
+            await store.read_before(conv, hi + 1, 10, min_seq=0, max_seq=None)
+    finally:
+        await store.close()
