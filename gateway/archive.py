@@ -168,6 +168,9 @@ def main(argv: Sequence[str]) -> int:
                 if not store_url.startswith("sqlite://"):
                     raise ConfigError("--to is required with a MySQL store")
                 to = (Path(cfg.data_dir).resolve() / "archive").as_uri()
+            from storage.archive.objects import open_location
+
+            open_location(to)  # a bad URL is refused before anything opens
             return asyncio.run(_run(args, store_url, to))
         return asyncio.run(_status(args, store_url))
     except (ConfigError, ArchiveUrlError, ValueError) as e:

@@ -33,10 +33,13 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from storage.errors import StoreUnavailable
 from storage.models import StoredMessage
+
+if TYPE_CHECKING:
+    from storage.mysql.settings import MySQLSettings
 
 T = TypeVar("T")
 
@@ -338,7 +341,7 @@ class SqliteIndex:
 class MySQLIndex:
     """The archive index of a MySQL store (its own small pool)."""
 
-    def __init__(self, settings: Any, *, clock: Callable[[], int]) -> None:
+    def __init__(self, settings: MySQLSettings, *, clock: Callable[[], int]) -> None:
         from storage.mysql.transactions import Transactions
 
         self.settings = settings
