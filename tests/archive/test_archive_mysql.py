@@ -3,12 +3,15 @@ pages across the boundary, retried sends, a recall racing the archiver, migrate.
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiomysql
 import pytest
 
+from gateway import archive as archive_cli
 from protocol.ops import MsgType
 from storage.archive import objects
 from storage.archive.index import MySQLIndex
@@ -197,3 +200,33 @@ async def test_migrate_adds_the_archive_tables_to_an_older_schema(mysql_url: str
             assert (await cur.fetchone())[0] == str(SCHEMA_VERSION)
     finally:
         conn.close()
+
+
+async def test_cli_on_mysql(
+    mysql_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = MySQLStore(MySQLSettings.from_url(mysql_url))
+    await store.start()
+    try:
+        conv = await store.open_p2p(1, 2)
+        await store.append([NewMessage(conv, 1, f"s{i}", MsgType.TEXT, b"abc") for i in range(30)])
+    finally:
+        await store.close()
+
+    async def cli(*argv: str) -> int:
+        return await asyncio.to_thread(archive_cli.main, list(argv))
+
+    assert await cli("status", "--store", mysql_url, "--json") == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["hot"]["rows"] == 30 and st["hot"]["oldest_ms"] and st["hot"]["bytes"] > 0
+    assert st["archive"]["rows"] == 0 and st["last_run"] is None
+    to = (tmp_path / "a").as_uri()
+    assert await cli("run", "--store", mysql_url, "--older-than", "0s", "--to", to) == 0
+    assert await cli("status", "--store", mysql_url, "--json") == 0
+    out = capsys.readouterr().out
+    assert out.startswith("archived 30 rows of 1 conversations in 1 files")
+    st = json.loads(out[out.index("{") :])
+    assert st["hot"]["rows"] == 0 and st["hot"]["oldest_ms"] is None
+    assert st["archive"] == {"rows": 30, "bytes": st["archive"]["bytes"], "files": 1,
+                             "conversations": 1}  # fmt: skip
+    assert st["last_run"]["rows"] == "30" and st["last_run"]["to"] == to
