@@ -16,6 +16,7 @@ function here blocks: callers run them in a thread.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,6 +138,8 @@ def write_file(loc: Location, key: str, rows: Sequence[ArchivedMessage]) -> int:
     if isinstance(loc.fs, pafs.LocalFileSystem):  # S3 has no directories (nor markers)
         loc.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     pq.write_table(_table(rows), path, filesystem=loc.fs, compression="zstd")
+    if isinstance(loc.fs, pafs.LocalFileSystem):
+        _fsync(path)  # on disk before the index row commits: a power cut keeps it too
     back = read_file(loc, key)
     if len(back) != len(rows):
         raise ValueError(f"{path}: read back {len(back)} rows, wrote {len(rows)}")
@@ -144,6 +147,16 @@ def write_file(loc: Location, key: str, rows: Sequence[ArchivedMessage]) -> int:
         raise ValueError(f"{path}: read back differs from what was written")
     size: int = loc.fs.get_file_info(path).size
     return size
+
+
+def _fsync(path: str) -> None:
+    """Flush a local file and its directory entry to disk."""
+    for target, flags in ((path, os.O_RDONLY), (os.path.dirname(path), os.O_RDONLY)):
+        fd = os.open(target, flags)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_file(loc: Location, key: str) -> list[ArchivedMessage]:
