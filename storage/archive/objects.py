@@ -150,9 +150,11 @@ def write_file(loc: Location, key: str, rows: Sequence[ArchivedMessage]) -> int:
 
 
 def _fsync(path: str) -> None:
-    """Flush a local file and its directory entry to disk."""
-    for target, flags in ((path, os.O_RDONLY), (os.path.dirname(path), os.O_RDONLY)):
-        fd = os.open(target, flags)
+    """Flush a local file, its entry in its directory (`conv_id=<n>`) and that
+    directory's entry in the archive's directory to disk."""
+    conv_dir = os.path.dirname(path)
+    for target in (path, conv_dir, os.path.dirname(conv_dir)):
+        fd = os.open(target, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
