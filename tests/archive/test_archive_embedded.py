@@ -340,3 +340,25 @@ async def test_an_unreadable_archive_refuses_the_page(
             await store.read_before(conv, hi + 1, 10, min_seq=0, max_seq=None)
     finally:
         await store.close()
+
+
+async def test_an_embedded_store_of_schema_1_gets_the_archive_tables(
+    filled: tuple[str, History, Clock],
+) -> None:
+    path, _h, clock = filled
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(
+        "DROP TABLE im_archive; DROP TABLE im_archive_sent; DROP TABLE im_meta; "
+        "PRAGMA user_version=1;"
+    )
+    conn.close()
+    store = EmbeddedStore(path, clock=clock)
+    await store.start()
+    await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"im_archive", "im_archive_sent", "im_meta"} <= names
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    finally:
+        conn.close()
