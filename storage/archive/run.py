@@ -124,6 +124,12 @@ async def _archive_conversation(
     top = await index.archived_top(conv_id)
     while True:
         batch = await index.hot_batch(conv_id, top, size)
+        if batch and batch[0].msg.seq != top + 1:
+            # never by the archiver's own doing: seqs are gapless and it takes prefixes
+            raise ValueError(
+                f"hot seqs start at {batch[0].msg.seq} but the archive ends at {top}: "
+                "refusing to leave a gap"
+            )
         take = 0
         for expect, row in enumerate(batch, start=top + 1):
             if row.msg.seq != expect or row.msg.server_ms > cutoff:

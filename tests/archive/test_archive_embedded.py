@@ -362,3 +362,16 @@ async def test_an_embedded_store_of_schema_1_gets_the_archive_tables(
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     finally:
         conn.close()
+
+
+async def test_a_gap_below_the_hot_rows_is_reported_not_archived_over(
+    filled: tuple[str, History, Clock], tmp_path: Path
+) -> None:
+    path, h, clock = filled
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("DELETE FROM im_message WHERE conv_id=? AND seq=1", (h.convs[0],))
+    conn.close()
+    report = await run(path, (tmp_path / "a").as_uri(), clock, 0)
+    assert len(report.failures) == 1 and "gap" in report.failures[0]  # type: ignore[attr-defined]
+    assert [c for c, *_ in index_rows(path)].count(h.convs[0]) == 0
+    assert {c for c, *_ in index_rows(path)} == set(h.convs[1:])
