@@ -51,12 +51,21 @@ def _merge(older: list[StoredMessage], hot: list[StoredMessage]) -> list[StoredM
 
 
 async def read_after(
-    conv_id: int, lo: int, hi: int, limit: int, hot: Page, files_of: FilesOf
+    conv_id: int,
+    lo: int,
+    hi: int,
+    limit: int,
+    hot: Page,
+    files_of: FilesOf,
+    archived_top: int | None = None,
 ) -> Page:
-    """The first `limit` of seqs lo..hi, given the hot store's answer `hot`."""
+    """The first `limit` of seqs lo..hi, given the hot store's answer `hot` (and the
+    conversation's highest archived seq, when the store read it with the page)."""
     rows, more = hot
     low = max(lo, 1)
     if limit <= 0 or (rows and rows[0].seq <= low):
+        return hot
+    if archived_top is not None and archived_top < low:
         return hot
     top = min(hi, rows[0].seq - 1) if rows else hi
     if top < low:
@@ -78,13 +87,26 @@ async def read_after(
 
 
 async def read_before(
-    conv_id: int, low_bound: int, hi: int, limit: int, hot: Page, files_of: FilesOf
+    conv_id: int,
+    low_bound: int,
+    hi: int,
+    limit: int,
+    hot: Page,
+    files_of: FilesOf,
+    archived_top: int | None = None,
 ) -> Page:
-    """The last `limit` of seqs low_bound..hi, given the hot store's answer `hot`."""
+    """The last `limit` of seqs low_bound..hi, given the hot store's answer `hot` (and
+    the conversation's highest archived seq, as read_after)."""
     rows, more = hot
     low = max(low_bound, 1)
     if limit <= 0 or more or (rows and rows[0].seq <= low):
         return hot
+    if archived_top is not None and archived_top < low:
+        return hot
+    if rows and len(rows) >= limit:
+        # seqs low..rows[0].seq - 1 exist (gapless) and none is hot: archived. The page
+        # is full, and older ones exist, without opening a file.
+        return rows, True
     top = rows[0].seq - 1 if rows else hi
     if top < low:
         return hot

@@ -49,7 +49,7 @@ from storage.mysql.outbox import MySQLOutbox
 from storage.mysql.schema import SCHEMA_VERSION, message_table
 from storage.mysql.settings import MySQLSettings
 from storage.mysql.sync import SyncBatcher
-from storage.mysql.transactions import Cursor, Row, Transactions, rowcount
+from storage.mysql.transactions import Cursor, Row, Transactions, next_rows, rowcount
 from storage.rules import RecallTarget, recall_content, recall_refusal
 from storage.snowflake import Snowflake
 
@@ -388,17 +388,30 @@ class MySQLStore:
         lo = max(after_seq + 1, min_seq)
         hi = max_seq if max_seq is not None else (1 << 64) - 1
 
-        async def q(cur: Cursor) -> list[Row]:
-            await cur.execute(
-                f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
-                "AND seq BETWEEN %s AND %s ORDER BY seq LIMIT %s",
-                (conv_id, min(lo, (1 << 64) - 1), hi, limit + 1),
-            )
-            return list(await cur.fetchall())
-
-        rows = await self._run(q, tx=False)
+        rows, top = await self._page(
+            f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+            "AND seq BETWEEN %s AND %s ORDER BY seq LIMIT %s",
+            (conv_id, min(lo, (1 << 64) - 1), hi, limit + 1),
+            conv_id,
+        )
         hot = [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
-        return await tiered.read_after(conv_id, lo, hi, limit, hot, self._archived)
+        return await tiered.read_after(conv_id, lo, hi, limit, hot, self._archived, top)
+
+    async def _page(
+        self, query: str, params: tuple[int, ...], conv_id: int
+    ) -> tuple[list[Row], int]:
+        """The hot rows of a page query and the conversation's highest archived seq (0:
+        none), in one round trip: a page needs the archive only below that seq."""
+
+        async def q(cur: Cursor) -> tuple[list[Row], int]:
+            await cur.execute(
+                cur.mogrify(query, params) + ";SELECT COALESCE(MAX(seq_hi), 0) FROM im_archive "
+                f"WHERE conv_id={int(conv_id)}"
+            )
+            rows = list(await cur.fetchall())
+            return rows, int((await next_rows(cur))[0][0])
+
+        return await self._run(q, tx=False)
 
     async def _archived(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
         """The archive files holding seqs lo..hi of the conversation (storage/archive)."""
@@ -416,17 +429,14 @@ class MySQLStore:
         if max_seq is not None:
             hi = min(hi, max_seq)
 
-        async def q(cur: Cursor) -> list[Row]:
-            await cur.execute(
-                f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
-                "AND seq BETWEEN %s AND %s ORDER BY seq DESC LIMIT %s",
-                (conv_id, min_seq, hi, limit + 1),
-            )
-            return list(await cur.fetchall())
-
-        rows = await self._run(q, tx=False)
+        rows, top = await self._page(
+            f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+            "AND seq BETWEEN %s AND %s ORDER BY seq DESC LIMIT %s",
+            (conv_id, min_seq, hi, limit + 1),
+            conv_id,
+        )
         hot = [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
-        return await tiered.read_before(conv_id, min_seq, hi, limit, hot, self._archived)
+        return await tiered.read_before(conv_id, min_seq, hi, limit, hot, self._archived, top)
 
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int

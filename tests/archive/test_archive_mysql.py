@@ -230,3 +230,42 @@ async def test_cli_on_mysql(
     assert st["archive"] == {"rows": 30, "bytes": st["archive"]["bytes"], "files": 1,
                              "conversations": 1}  # fmt: skip
     assert st["last_run"]["rows"] == "30" and st["last_run"]["to"] == to
+
+
+async def test_pages_above_the_archive_never_ask_for_its_files(
+    mysql_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MySQL reads the archived top with each page (same round trip): a PULL past the
+    newest message, or any page above the archive, asks for no files."""
+    clock = Clock()
+    store = MySQLStore(MySQLSettings.from_url(mysql_url), clock=clock)
+    await store.start()
+    try:
+        conv = await store.open_p2p(1, 2)
+        await store.append([NewMessage(conv, 1, f"e{i}", MsgType.TEXT, b"e") for i in range(6)])
+        clock.ms += 1000
+        assert await archive(mysql_url, (tmp_path / "a").as_uri(), clock, 500) == 6
+        await store.append([NewMessage(conv, 1, f"f{i}", MsgType.TEXT, b"f") for i in range(4)])
+        asked: list[tuple[int, int, int]] = []
+        real = store._archived
+
+        async def counting(conv_id: int, lo: int, hi: int) -> list[object]:
+            asked.append((conv_id, lo, hi))
+            return await real(conv_id, lo, hi)  # type: ignore[return-value]
+
+        monkeypatch.setattr(store, "_archived", counting)
+        assert await store.read_after(conv, 10, 5, min_seq=0, max_seq=None) == ([], False)
+        page, _ = await store.read_after(conv, 7, 5, min_seq=0, max_seq=None)
+        assert [m.seq for m in page] == [8, 9, 10]
+        page, more = await store.read_before(conv, 0, 3, min_seq=0, max_seq=None)
+        assert [m.seq for m in page] == [8, 9, 10] and more
+        assert asked == []
+        # a full page down to the oldest hot seq: older ones exist, they are archived
+        page, more = await store.read_before(conv, 0, 4, min_seq=0, max_seq=None)
+        assert [m.seq for m in page] == [7, 8, 9, 10] and more
+        assert asked == []
+        page, more = await store.read_before(conv, 0, 5, min_seq=0, max_seq=None)
+        assert [m.seq for m in page] == [6, 7, 8, 9, 10] and more
+        assert asked == [(conv, 1, 6)]
+    finally:
+        await store.close()
