@@ -40,6 +40,7 @@ from storage.models import StoredMessage
 
 if TYPE_CHECKING:
     from storage.mysql.settings import MySQLSettings
+    from storage.mysql.transactions import Cursor, Transactions
 
 T = TypeVar("T")
 
@@ -339,69 +340,55 @@ class SqliteIndex:
 
 
 class MySQLIndex:
-    """The archive index of a MySQL store (its own small pool)."""
+    """The archive index of a MySQL store. A conversation's index rows live beside its
+    messages, on the server of its shard (the shard map: storage/mysql/shardmap.py), so
+    the index row and the hot delete commit in one transaction there; `imgw db
+    add-server` moves them with the shard. The conversations are listed, and the last
+    run recorded, in the metadata database. Routing is the store's own: a MySQLStore is
+    opened (and follows the shard map) for it."""
 
     def __init__(self, settings: MySQLSettings, *, clock: Callable[[], int]) -> None:
-        from storage.mysql.transactions import Transactions
+        from storage.mysql import MySQLStore
 
         self.settings = settings
         self._clock = clock
-        self._db = Transactions(settings)
-        self._shards = settings.shards
+        self._store = MySQLStore(settings, clock=clock)
+
+    def _db(self, conv_id: int) -> Transactions:
+        return self._store._at(conv_id).db  # the server of the conversation's shard
 
     def _table(self, conv_id: int) -> str:
-        from storage.mysql.schema import message_table
-
-        return message_table(conv_id % self._shards)
+        return self._store.shard_of(conv_id)
 
     async def open(self) -> None:
-        from storage.mysql.transactions import Cursor
-
-        await self._db.open()
-
-        async def q(cur: Cursor) -> None:
-            await cur.execute("SELECT value FROM im_meta WHERE name='shards'")
-            row = await cur.fetchone()
-            if row is None:
-                raise StoreUnavailable("no imgw schema: run `imgw db migrate`")
-            self._shards = int(row[0])
-            await cur.execute("SHOW TABLES LIKE 'im\\_archive'")
-            if await cur.fetchone() is None:
-                raise StoreUnavailable("no archive index table: run `imgw db migrate`")
-
-        await self._db.run(q, tx=False)
+        await self._store.start()  # refuses a schema older than this imgw's
 
     async def close(self) -> None:
-        await self._db.close()
+        await self._store.close()
 
     def now_ms(self) -> int:
         return self._clock()
 
     async def conversations(self, after: int, limit: int) -> list[int]:
-        from storage.mysql.transactions import Cursor
-
         async def q(cur: Cursor) -> list[int]:
+            # the metadata database allocates every conv_id and keeps its row
             await cur.execute(
-                "SELECT conv_id FROM im_conv_seq WHERE conv_id>%s ORDER BY conv_id LIMIT %s",
+                "SELECT conv_id FROM im_conversation WHERE conv_id>%s ORDER BY conv_id LIMIT %s",
                 (after, limit),
             )
             return [int(r[0]) for r in await cur.fetchall()]
 
-        return await self._db.run(q, tx=False)
+        return await self._store._db.run(q, tx=False)
 
     async def archived_top(self, conv_id: int) -> int:
-        from storage.mysql.transactions import Cursor
-
         async def q(cur: Cursor) -> int:
             await cur.execute("SELECT MAX(seq_hi) FROM im_archive WHERE conv_id=%s", (conv_id,))
             row = await cur.fetchone()
             return int(row[0] or 0)
 
-        return await self._db.run(q, tx=False)
+        return await self._db(conv_id).run(q, tx=False)
 
     async def oldest_hot(self, conv_id: int) -> tuple[int, int] | None:
-        from storage.mysql.transactions import Cursor
-
         async def q(cur: Cursor) -> tuple[int, int] | None:
             await cur.execute(
                 f"SELECT seq, send_ms FROM {self._table(conv_id)} WHERE conv_id=%s "
@@ -411,11 +398,10 @@ class MySQLIndex:
             row = await cur.fetchone()
             return None if row is None else (int(row[0]), int(row[1]))
 
-        return await self._db.run(q, tx=False)
+        return await self._db(conv_id).run(q, tx=False)
 
     async def hot_batch(self, conv_id: int, after_seq: int, limit: int) -> list[ArchivedMessage]:
         from storage.mysql import sql
-        from storage.mysql.transactions import Cursor
 
         async def q(cur: Cursor) -> list[ArchivedMessage]:
             await cur.execute(
@@ -425,13 +411,12 @@ class MySQLIndex:
             )
             return [ArchivedMessage(sql.message_of(r), int(r[8])) for r in await cur.fetchall()]
 
-        return await self._db.run(q, tx=False)
+        return await self._db(conv_id).run(q, tx=False)
 
     async def commit(
         self, conv_id: int, rows: Sequence[ArchivedMessage], root: str, key: str, size: int
     ) -> bool:
         from storage.mysql import sql
-        from storage.mysql.transactions import Cursor
 
         lo, hi = rows[0].msg.seq, rows[-1].msg.seq
         table = self._table(conv_id)
@@ -475,53 +460,63 @@ class MySQLIndex:
             )
             return True
 
-        return await self._db.run(body)
+        return await self._db(conv_id).run(body)
 
     async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
-        from storage.mysql.transactions import Cursor
-
         async def q(cur: Cursor) -> list[ArchiveFile]:
             await cur.execute(FILES_SQL.format(p="%s"), (conv_id, hi, lo))
             return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in await cur.fetchall()]
 
-        return await self._db.run(q, tx=False)
+        return await self._db(conv_id).run(q, tx=False)
 
     async def status(self) -> Status:
         from storage.mysql.schema import message_table
-        from storage.mysql.transactions import Cursor
 
-        async def q(cur: Cursor) -> Status:
-            hot, oldest = 0, None
-            for shard in range(self._shards):
-                await cur.execute(f"SELECT COUNT(*), MIN(send_ms) FROM {message_table(shard)}")
-                n, m = await cur.fetchone()
-                hot += int(n)
-                if m is not None:
-                    oldest = int(m) if oldest is None else min(oldest, int(m))
-            await cur.execute(
-                "SELECT COALESCE(SUM(data_length + index_length), 0) "
-                "FROM information_schema.tables WHERE table_schema=DATABASE() "
-                "AND table_name LIKE 'im\\_message\\_%'"
-            )
-            hot_bytes = int((await cur.fetchone())[0])
+        hot, hot_bytes, oldest = 0, 0, None
+        servers: dict[int, Transactions] = {}
+        for shard in range(self._store._shards):
+            db = self._db(shard)  # shard n holds conv_ids n, n + shards, ...
+            servers[id(db)] = db
+
+            async def count(cur: Cursor, table: str = message_table(shard)) -> tuple[Any, ...]:
+                await cur.execute(f"SELECT COUNT(*), MIN(send_ms) FROM {table}")
+                n, first = await cur.fetchone()
+                await cur.execute(
+                    "SELECT COALESCE(SUM(data_length + index_length), 0) FROM "
+                    "information_schema.tables WHERE table_schema=DATABASE() AND table_name=%s",
+                    (table,),
+                )
+                return int(n), first, int((await cur.fetchone())[0])
+
+            n, first, size = await db.run(count, tx=False)
+            hot += n
+            hot_bytes += size
+            if first is not None:
+                oldest = int(first) if oldest is None else min(oldest, int(first))
+
+        async def archived(cur: Cursor) -> tuple[int, int, int, int]:
             await cur.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT conv_id), COALESCE(SUM(n_rows), 0), "
                 "COALESCE(SUM(n_bytes), 0) FROM im_archive"
             )
             files, convs, rows, size = await cur.fetchone()
+            return int(files), int(convs), int(rows), int(size)
+
+        files = convs = rows = size = 0
+        for db in servers.values():
+            f, c, r, b = await db.run(archived, tx=False)
+            files, convs, rows, size = files + f, convs + c, rows + r, size + b
+
+        async def last(cur: Cursor) -> dict[str, str]:
             await cur.execute(
                 "SELECT name, value FROM im_meta WHERE name LIKE %s", (LAST_RUN_PREFIX + "%",)
             )
-            last = {n[len(LAST_RUN_PREFIX) :]: v for n, v in await cur.fetchall()}
-            return Status(
-                hot, hot_bytes, oldest, int(rows), int(size), int(files), int(convs), last
-            )
+            return {n[len(LAST_RUN_PREFIX) :]: v for n, v in await cur.fetchall()}
 
-        return await self._db.run(q, tx=False)
+        last_run = await self._store._db.run(last, tx=False)
+        return Status(hot, hot_bytes, oldest, rows, size, files, convs, last_run)
 
     async def set_last_run(self, fields: dict[str, str]) -> None:
-        from storage.mysql.transactions import Cursor
-
         async def body(cur: Cursor) -> None:
             await cur.execute("DELETE FROM im_meta WHERE name LIKE %s", (LAST_RUN_PREFIX + "%",))
             for k, v in fields.items():
@@ -530,7 +525,7 @@ class MySQLIndex:
                     (LAST_RUN_PREFIX + k, v[:255]),
                 )
 
-        await self._db.run(body)
+        await self._store._db.run(body)
 
 
 def run_blocking(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:

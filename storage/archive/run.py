@@ -96,9 +96,12 @@ async def archive_run(
                 moved = await _archive_conversation(
                     index, loc, conv_id, cutoff, size, limit, report, on_batch
                 )
-            except (OSError, ValueError, StoreUnavailable) as e:
-                # pyarrow raises OSError for I/O (S3 too), ValueError for a bad read-back
-                report.failures.append(f"conv {conv_id}: {e}")
+            except Exception as e:
+                # pyarrow raises OSError for I/O (S3 too), ValueError for a bad read-back;
+                # the database StoreUnavailable, or its own error (a shard being moved by
+                # `imgw db add-server` has no message table for a moment): whatever it
+                # was, the batch's commit did not happen and its hot rows are there
+                report.failures.append(f"conv {conv_id}: {e!r}")
                 log.warning("archive batch failed; hot rows kept", conv_id=conv_id, error=str(e))
                 continue
             if moved:
