@@ -109,3 +109,68 @@ def diff_pages(
             g = ([m.seq for m in got[q][0]], got[q][1])
             bad.append(f"{q}: want {w}, got {g}")
     return bad
+
+
+async def mysql_tables(url: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Every hot message row (conv_id, seq, id, sender, type, content, ms, cmid, status)
+    and every archive index row (conv_id, seq_lo, seq_hi, root, key, n_rows) of a MySQL
+    store, from each server of its shard map (only the shard tables a server holds)."""
+    import re
+
+    import aiomysql
+
+    from storage.mysql import MySQLSettings
+    from storage.mysql.shardmap import same_place, server_settings
+
+    meta = MySQLSettings.from_url(url)
+
+    async def connect(s: MySQLSettings) -> Any:
+        return await aiomysql.connect(
+            host=s.host, port=s.port, user=s.user, password=s.password, db=s.database,
+            autocommit=True,
+        )  # fmt: skip
+
+    conn = await connect(meta)
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT lo, hi, url FROM im_shard_map ORDER BY lo")
+            ranges = list(await cur.fetchall())
+    finally:
+        conn.close()
+    servers: list[tuple[MySQLSettings, set[int]]] = []
+    if not ranges:
+        servers.append((meta, set(range(meta.shards))))
+    for lo, hi, server in ranges:
+        s = server_settings(meta, server)
+        for known, shards in servers:
+            if same_place(known, s):
+                shards.update(range(lo, hi + 1))
+                break
+        else:
+            servers.append((s, set(range(lo, hi + 1))))
+    hot: list[tuple[Any, ...]] = []
+    index: list[tuple[Any, ...]] = []
+    for s, shards in servers:
+        conn = await connect(s)
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute("SHOW TABLES")
+                tables = [
+                    t
+                    for (t,) in await cur.fetchall()
+                    if re.fullmatch(r"im_message_\d{4}", t) and int(t[-4:]) in shards
+                ]
+                for table in tables:
+                    await cur.execute(
+                        "SELECT conv_id, seq, id, sender_uid, msg_type, content, send_ms, "
+                        f"COALESCE(client_msg_id, ''), status FROM {table}"
+                    )
+                    hot += [(*r[:5], bytes(r[5]), r[6], bytes(r[7]).decode(), r[8])
+                            for r in await cur.fetchall()]  # fmt: skip
+                await cur.execute(
+                    "SELECT conv_id, seq_lo, seq_hi, root, file_key, n_rows FROM im_archive"
+                )
+                index += [tuple(r) for r in await cur.fetchall()]
+        finally:
+            conn.close()
+    return sorted(hot), sorted(index)

@@ -15,7 +15,6 @@ import sys
 import time
 from pathlib import Path
 
-import aiomysql
 import pytest
 
 from protocol.ops import MsgType
@@ -23,7 +22,7 @@ from storage.archive import objects
 from storage.embedded import EmbeddedStore
 from storage.models import NewMessage
 from storage.mysql import MySQLSettings, MySQLStore
-from storage.mysql.schema import message_table
+from tests.archive.common import mysql_tables
 from tests.support.services import drop_mysql, fresh_mysql
 
 CONVS = 30
@@ -68,26 +67,11 @@ def sqlite_tiers(path: str) -> tuple[list[Row], list[Row]]:
 
 
 async def mysql_tiers(url: str) -> tuple[list[Row], list[Row]]:
-    s = MySQLSettings.from_url(url)
-    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
-                                  db=s.database, autocommit=True)  # fmt: skip
-    try:
-        async with conn.cursor() as cur:
-            hot: list[Row] = []
-            for shard in range(s.shards):
-                await cur.execute(f"SELECT conv_id, seq, id, content FROM {message_table(shard)}")
-                hot += [(r[0], r[1], r[2], bytes(r[3])) for r in await cur.fetchall()]
-            await cur.execute(
-                "SELECT conv_id, seq_lo, seq_hi, root, file_key FROM im_archive "
-                "ORDER BY conv_id, seq_lo"
-            )
-            index = list(await cur.fetchall())
-    finally:
-        conn.close()
-    return hot, _cold(index)
+    hot, index = await mysql_tables(url)
+    return [(r[0], r[1], r[2], r[5]) for r in hot], _cold([r[:5] for r in index])
 
 
-@pytest.mark.parametrize("kind", ["embedded", "mysql"])
+@pytest.mark.parametrize("kind", ["embedded", "mysql", "mysql-two-servers"])
 async def test_kill_9_at_random_points_loses_and_duplicates_nothing(
     kind: str, tmp_path: Path
 ) -> None:
@@ -99,7 +83,7 @@ async def test_kill_9_at_random_points_loses_and_duplicates_nothing(
         store_url = f"sqlite:///{tmp_path / 'imgw.db'}"
         store: EmbeddedStore | MySQLStore = EmbeddedStore(str(tmp_path / "imgw.db"))
     else:
-        mysql_url = await fresh_mysql(shards=2)
+        mysql_url = await fresh_mysql(shards=2, sharded=kind == "mysql-two-servers")
         store_url = mysql_url
         store = MySQLStore(MySQLSettings.from_url(mysql_url))
     try:

@@ -18,19 +18,29 @@ from storage.archive.index import MySQLIndex
 from storage.archive.run import archive_run
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore, migrate
-from storage.mysql.schema import SCHEMA_VERSION, message_table
+from storage.mysql.schema import SCHEMA_VERSION
 from storage.production import ProductionStore
 from storage.redis import RedisCache, redis_from_url
 from storage.redis.recent import RecentCache
-from tests.archive.common import DAY, T0, Clock, History, all_pages, diff_pages, fill
+from tests.archive.common import (
+    DAY,
+    T0,
+    Clock,
+    History,
+    all_pages,
+    diff_pages,
+    fill,
+    mysql_tables,
+)
 from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
 
 SHARDS = 2
 
 
-@pytest.fixture
-async def mysql_url() -> AsyncIterator[str]:
-    url = await fresh_mysql(shards=SHARDS)
+@pytest.fixture(params=["one-server", "two-servers"])
+async def mysql_url(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A fresh store: on one server, or with its shards over two (a shard map)."""
+    url = await fresh_mysql(shards=SHARDS, sharded=request.param == "two-servers")
     try:
         yield url
     finally:
@@ -39,27 +49,8 @@ async def mysql_url() -> AsyncIterator[str]:
 
 async def rows_of(url: str) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """(hot rows, archived rows) as (conv_id, seq, id, sender, type, content, ms, cmid,
-    recall seq), each sorted."""
-    s = MySQLSettings.from_url(url)
-    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
-                                  db=s.database, autocommit=True)  # fmt: skip
-    try:
-        async with conn.cursor() as cur:
-            hot: list[tuple[object, ...]] = []
-            for shard in range(SHARDS):
-                await cur.execute(
-                    "SELECT conv_id, seq, id, sender_uid, msg_type, content, send_ms, "
-                    f"COALESCE(client_msg_id, ''), status FROM {message_table(shard)}"
-                )
-                hot += [(*r[:5], bytes(r[5]), r[6], bytes(r[7]).decode(), r[8])
-                        for r in await cur.fetchall()]  # fmt: skip
-            await cur.execute(
-                "SELECT conv_id, seq_lo, seq_hi, root, file_key, n_rows FROM im_archive "
-                "ORDER BY conv_id, seq_lo"
-            )
-            index = list(await cur.fetchall())
-    finally:
-        conn.close()
+    recall seq), each sorted, over every server of the store."""
+    hot, index = await mysql_tables(url)
     cold: list[tuple[object, ...]] = []
     for conv, lo, hi, root, key, n in index:
         got = objects.read_file(objects.open_location(root), key)
@@ -67,7 +58,7 @@ async def rows_of(url: str) -> tuple[list[tuple[object, ...]], list[tuple[object
         assert all(a.msg.conv_id == conv for a in got)
         cold += [(m.conv_id, m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content, m.server_ms,
                   m.client_msg_id, a.recall_seq) for a in got for m in [a.msg]]  # fmt: skip
-    return sorted(hot), sorted(cold)
+    return hot, sorted(cold)
 
 
 async def archive(url: str, to: str, clock: Clock, older_than_ms: int) -> int:
@@ -179,14 +170,17 @@ async def test_a_recall_that_lands_first_is_archived_as_recalled(
         await store.close()
 
 
-async def test_migrate_adds_the_archive_tables_to_an_older_schema(mysql_url: str) -> None:
+async def test_migrate_adds_the_archive_tables_to_the_previous_schema(mysql_url: str) -> None:
     s = MySQLSettings.from_url(mysql_url)
     conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
                                   db=s.database, autocommit=True)  # fmt: skip
     try:
         async with conn.cursor() as cur:
             await cur.execute("DROP TABLE im_archive, im_archive_sent")
-            await cur.execute("UPDATE im_meta SET value='3' WHERE name='schema_version'")
+            await cur.execute(
+                "UPDATE im_meta SET value=%s WHERE name='schema_version'",
+                (str(SCHEMA_VERSION - 1),),
+            )
         store = MySQLStore(s)
         with pytest.raises(Exception, match="imgw db migrate"):
             await store.start()
