@@ -263,3 +263,42 @@ async def test_pages_above_the_archive_never_ask_for_its_files(
         assert asked == [(conv, 1, 6)]
     finally:
         await store.close()
+
+
+async def test_the_archive_index_moves_with_its_shard(tmp_path: Path) -> None:
+    """`imgw db add-server` moves a shard's archive index rows (and archived sends) with
+    its messages: pages across the boundary read the same after the move."""
+    from storage.mysql.move import add_server
+    from tests.support.services import MYSQL2_PORT, second_mysql
+
+    second_mysql()
+    url = await fresh_mysql(shards=4)
+    try:
+        clock = Clock()
+        store = MySQLStore(MySQLSettings.from_url(url), clock=clock)
+        await store.start()
+        try:
+            h = await fill(store, clock, days=4)
+            want = await all_pages(store, h)
+        finally:
+            await store.close()
+        clock.ms = T0 + 10 * DAY
+        assert await archive(url, (tmp_path / "a").as_uri(), clock, 8 * DAY) > 0
+        hot0, cold0 = await rows_of(url)
+        name = MySQLSettings.from_url(url).database
+        await add_server(
+            MySQLSettings.from_url(url), f"mysql://root@127.0.0.1:{MYSQL2_PORT}/{name}",
+            grace_s=0.0, log=lambda _line: None,
+        )  # fmt: skip
+        hot, cold = await rows_of(url)  # each shard's rows read from its new server only
+        assert (hot, cold) == (hot0, cold0)
+        _, index = await mysql_tables(url)
+        assert {c % 4 for c, *_ in index} >= {2, 3} or not any(c % 4 >= 2 for c in h.convs)
+        store = MySQLStore(MySQLSettings.from_url(url), clock=clock)
+        await store.start()
+        try:
+            assert diff_pages(want, await all_pages(store, h)) == []
+        finally:
+            await store.close()
+    finally:
+        await drop_mysql(url)
