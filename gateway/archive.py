@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _open_index(store_url: str) -> ArchiveIndex:
-    from storage.archive.index import MySQLIndex, SqliteIndex
+    from storage.archive.index import SqliteIndex
     from storage.factory import sqlite_path
 
     now_ms = lambda: int(time.time() * 1000)  # noqa: E731
@@ -79,6 +79,7 @@ def _open_index(store_url: str) -> ArchiveIndex:
         busy = int(opts.get("busy_timeout_ms", "5000"))
         return SqliteIndex(path, clock=now_ms, busy_timeout_ms=busy)
     if store_url.startswith("mysql://"):
+        from storage.archive.mysqlindex import MySQLIndex
         from storage.mysql import MySQLSettings
 
         return MySQLIndex(MySQLSettings.from_url(store_url), clock=now_ms)

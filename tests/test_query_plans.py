@@ -49,7 +49,8 @@ import pytest
 
 from gateway.config import Config
 from protocol.ops import ConvKind, MsgType
-from storage.archive.index import MySQLIndex, SqliteIndex
+from storage.archive.index import SqliteIndex
+from storage.archive.mysqlindex import MySQLIndex
 from storage.embedded import EmbeddedStore
 from storage.embedded import schema as sqlite_schema
 from storage.models import AppendStatus, NewMessage, RecallStatus

@@ -14,7 +14,7 @@ import pytest
 from gateway import archive as archive_cli
 from protocol.ops import MsgType
 from storage.archive import objects
-from storage.archive.index import MySQLIndex
+from storage.archive.mysqlindex import MySQLIndex
 from storage.archive.run import archive_run
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore, migrate
