@@ -108,9 +108,14 @@ class Config:
     shutdown_timeout: float = 10.0
     admin_port: int = 0  # 0 = no admin HTTP listener
     admin_host: str = "127.0.0.1"
-    # Bearer token for the admin port's actions (POST /drain); /healthz, /readyz and
-    # /metrics stay open. Without one the admin port must be bound to loopback.
+    # Bearer token for the admin port's actions (POST /drain) and its server API
+    # (/api/v1/, docs/api.md); /healthz, /readyz and /metrics stay open. Without one the
+    # admin port must be bound to loopback.
     admin_token: str = ""
+    # The server API's broadcast notices: recipients (uids) per second for the node, in
+    # bursts of this many.
+    api_broadcast_burst: int = 10_000
+    api_broadcast_per_s: float = 2_000.0
     log_format: str = "console"  # console | json
     log_level: str = "info"
 
@@ -183,7 +188,7 @@ class Config:
             raise ConfigError("need groups_per_day >= 1 and max_conversations >= 1")
         if self.token_max_lifetime < 60:
             raise ConfigError("token_max_lifetime must be at least 60 seconds")
-        for name in ("rate", "op_rate", "typing"):
+        for name in ("rate", "op_rate", "typing", "api_broadcast"):
             burst = getattr(self, f"{name}_burst")
             per_s = getattr(self, f"{name}_per_s")
             if burst < 1 or not (math.isfinite(per_s) and per_s > 0):

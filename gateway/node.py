@@ -326,6 +326,11 @@ class Node:
         await self.routes.revoke(
             uid, device, int(time.time()), cfg.token_max_lifetime + cfg.token_leeway
         )
+        return await self.kick(uid, device, KickReason.AUTH_REVOKED, "token revoked")
+
+    async def kick(self, uid: int, device: str | None, reason: KickReason, text: str) -> int:
+        """KICK `reason` to the sessions of `uid` (one device, or all) online on any node
+        (revocations, the server API). The number of sessions kicked."""
         online = await self.routes.online([uid])
         kicked = 0
         for route in online.get(uid, ()):
@@ -335,9 +340,12 @@ class Node:
             if route.node == self.node_id:
                 conn = self.sessions.get(route.conn_id)
                 if conn is not None and conn.route == route:
-                    conn.kick(KickReason.AUTH_REVOKED, "token revoked")
-            else:
+                    conn.kick(reason, text)
+            elif (reason, text) == (KickReason.AUTH_REVOKED, "token revoked"):
+                # what every node reads, whatever its version
                 await self.bus.publish(route.node, envelope.revoke([route.conn_id]))
+            else:
+                await self.bus.publish(route.node, envelope.kick_as([route.conn_id], reason, text))
         return kicked
 
     def write_soon(self, conn: Connection, frame: bytes) -> None:
@@ -480,6 +488,9 @@ class Node:
                         conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
                     elif kind == envelope.REVOKE:
                         conn.kick(KickReason.AUTH_REVOKED, "token revoked")
+                    elif kind == envelope.KICK_AS:
+                        reason, text = envelope.kick_reason(payload)
+                        conn.kick(KickReason(reason), text)
         except Exception as e:
             self.log.warning("bad bus envelope", error=repr(e))
             raise  # the bus dead-letters it
