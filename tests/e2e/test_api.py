@@ -16,36 +16,9 @@ from gateway.server import Server
 from protocol.frames import Kick, Notice, Ping, Pong, Push, Send, SendAck
 from protocol.ops import KickReason, MsgType
 from tests.conftest import StartGateway
+from tests.support.api import TOKEN, Api
 from tests.support.proc import free_port
 from tests.support.wire import Wire
-
-TOKEN = "s3cret"
-
-
-class Api:
-    def __init__(self, port: int, token: str = TOKEN) -> None:
-        self.base = f"http://127.0.0.1:{port}/api/v1/"
-        self.token = token
-
-    async def call(
-        self, method: str, path: str, body: Any = None, *, token: str | None = None
-    ) -> tuple[int, Any]:
-        auth = self.token if token is None else token
-        headers = {"Authorization": f"Bearer {auth}"} if auth else {}
-        async with httpx.AsyncClient(timeout=10) as client:
-            r = await client.request(method, self.base + path, json=body, headers=headers)
-        assert r.headers["content-type"] == "application/json"
-        return r.status_code, r.json()
-
-    async def ok(self, method: str, path: str, body: Any = None) -> Any:
-        status, answer = await self.call(method, path, body)
-        assert status == 200, answer
-        return answer
-
-    async def error(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
-        status, answer = await self.call(method, path, body)
-        assert status != 200, answer
-        return status, answer["error"]["code"]
 
 
 async def started(start_gateway: StartGateway, **overrides: Any) -> tuple[Server, Api]:
