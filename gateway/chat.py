@@ -21,7 +21,7 @@ from typing import Final
 import msgpack
 
 from gateway.client import Client, ClientError, SessionEnded, kick_name
-from protocol.frames import Error, Kick, MsgRecord, Push, ReadNotify
+from protocol.frames import Error, Kick, MsgRecord, Notice, Push, ReadNotify
 from protocol.ops import KickReason, MsgType
 from protocol.token import DEVICE_RE, sign_token
 
@@ -115,6 +115,10 @@ def render(m: Push | MsgRecord) -> str:
             return f"{head} * {by} removed {who}"
         if event == "left":
             return f"{head} * {who} left"
+        if event == "titled":
+            return f'{head} * {by} renamed the group "{ev.get("title", "")}"'
+        if event == "notice":
+            return f"{head} * notice: {ev.get('text', '')}"
         return f"{head} * {event}"
     if m.msg_type == MsgType.RECALL:
         if not m.content:
@@ -211,6 +215,9 @@ class _Chat:
             elif isinstance(frame, ReadNotify) and frame.conv_id == self.conv_id:
                 if frame.reader_uid != self.uid:
                     _say(f"({frame.reader_uid} read up to {frame.seq})")
+            elif isinstance(frame, Notice):
+                text = frame.content.decode("utf-8", "replace")
+                _say(f"[{_clock(frame.server_ms)}] * notice from the server: {text}")
             elif isinstance(frame, Kick):
                 why = kick_name(frame.reason) + (f": {frame.text}" if frame.text else "")
                 then = "; reconnecting" if frame.reason in _RECONNECTING else ""

@@ -12,13 +12,14 @@ import httpx
 import msgpack
 import pytest
 
+from gateway.client import Client
 from gateway.server import Server
 from protocol.frames import Kick, Notice, Ping, Pong, Push, Send, SendAck
 from protocol.ops import KickReason, MsgType
 from tests.conftest import StartGateway
 from tests.support.api import TOKEN, Api
 from tests.support.proc import free_port
-from tests.support.wire import Wire
+from tests.support.wire import Wire, token
 
 
 async def started(start_gateway: StartGateway, **overrides: Any) -> tuple[Server, Api]:
@@ -259,7 +260,7 @@ async def test_presence_kick_and_revoke(start_gateway: StartGateway) -> None:
 
 
 async def test_broadcast_is_bounded(start_gateway: StartGateway) -> None:
-    gw, api = await started(start_gateway, api_broadcast_burst=5, api_broadcast_per_s=0.01)
+    gw, api = await started(start_gateway, api_broadcast_burst=6, api_broadcast_per_s=0.01)
     a = await Wire.login(gw.port, 1, "d")
     b = await Wire.login(gw.port, 2, "d")
     body = {"uids": [1, 2, 3], "text": "the service restarts in 5 minutes"}
@@ -267,9 +268,21 @@ async def test_broadcast_is_bounded(start_gateway: StartGateway) -> None:
     for w in (a, b):
         notice = await w.wait_for(Notice)
         assert notice.content == b"the service restarts in 5 minutes" and notice.msg_type == 1
+    # the client library hands it to the app with the pushes
+    c = Client(f"127.0.0.1:{gw.port}", 4, "lib", token(4, "lib"), request_timeout=5)
+    try:
+        await c.connect()
+        await api.ok("POST", "broadcast", {"uids": [4], "text": "for the app", "msg_type": 101})
+        event = await c.next_event(5)
+        assert isinstance(event, Notice) and (event.msg_type, event.content) == (
+            101,
+            b"for the app",
+        )
+    finally:
+        await c.close()
     # not stored: nobody has a conversation
     assert (await api.ok("GET", "users/1/conversations"))["conversations"] == []
-    # the budget: 5 recipients, 3 spent; a call that does not fit takes nothing
+    # the budget: 6 recipients, 4 spent; a call that does not fit takes nothing
     assert await api.error("POST", "broadcast", body) == (429, "rate_limited")
     assert await api.ok("POST", "broadcast", {"uids": [1, 2], "content_b64": "AA=="}) == {"uids": 2}
     assert await api.error("POST", "broadcast", {"uids": list(range(1, 1002)), "text": "x"}) == (
@@ -294,8 +307,8 @@ async def test_every_call_needs_the_token_and_json(start_gateway: StartGateway) 
         ("POST", "p2p"),
         ("GET", "users/1/conversations"),
     ):
-        for token in ("", "wrong"):
-            status, answer = await api.call(method, path, {}, token=token)
+        for bad in ("", "wrong"):
+            status, answer = await api.call(method, path, {}, token=bad)
             assert (status, answer["error"]["code"]) == (401, "auth_failed")
     assert await api.error("GET", "nothing/here") == (404, "unknown_op")
     assert await api.error("DELETE", "p2p") == (405, "bad_request")
