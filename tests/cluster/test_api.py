@@ -61,6 +61,8 @@ async def test_api_calls_cross_nodes(cluster: Cluster) -> None:
     assert msgpack.unpackb(push.content)["title"] == "renamed"
 
     # reads through node 1 see node 0's writes
+    info = await api1.ok("GET", f"conversations/{group['conv_id']}")
+    assert (info["title"], info["owner_uid"], info["members"]) == ("renamed", 1, [1, 2, 3])
     page = await api1.ok("GET", f"conversations/{conv}/messages")
     assert [m["seq"] for m in page["messages"]] == [ack["seq"], sys_ack["seq"]]
     rows = (await api1.ok("GET", "users/2/conversations"))["conversations"]
