@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import contextlib
 import json
 import re
 import time
@@ -30,6 +29,7 @@ from gateway.handlers import conversations, dispatch
 from gateway.handlers.base import RequestError, page_limit
 from gateway.handlers.messaging import MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX
 from gateway.handlers.receipts import PRESENCE_MAX_UIDS
+from gateway.jsonout import message_json, out_id
 from protocol.codec import encode
 from protocol.frames import (
     ConvOk,
@@ -63,7 +63,6 @@ if TYPE_CHECKING:
 PREFIX: Final = "/api/v1/"
 RID: Final = 1  # the rid of a Call's one request (nothing else shares its replies)
 CALL_TIMEOUT_S: Final = 30.0
-JSON_SAFE_MAX: Final = (1 << 53) - 1  # larger integers go out as decimal strings
 BROADCAST_MAX_UIDS: Final = 1000
 TEXT_MAX_BYTES: Final = 256  # a kick's text
 
@@ -232,43 +231,6 @@ def query_count(query: Mapping[str, list[str]], name: str) -> int:
 
 
 # -- JSON out --------------------------------------------------------------------------
-
-
-def out_id(n: int) -> int | str:
-    """An integer as JSON: a number up to 2^53-1, a decimal string above."""
-    return n if n <= JSON_SAFE_MAX else str(n)
-
-
-def message_json(
-    seq: int,
-    msg_id: int,
-    sender_uid: int,
-    msg_type: int,
-    content: bytes,
-    server_ms: int,
-    cmid: str,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "seq": out_id(seq),
-        "msg_id": str(msg_id),  # a snowflake: always above 2^53
-        "sender_uid": out_id(sender_uid),
-        "msg_type": msg_type,
-        "content_b64": base64.b64encode(content).decode(),
-        "server_ms": server_ms,
-        "client_msg_id": cmid,
-    }
-    if msg_type == MsgType.SYSTEM:
-        try:
-            event = msgpack.unpackb(content)
-            json.dumps(event)
-        except Exception:  # not a map JSON can carry: content_b64 has it
-            pass
-        else:
-            out["event"] = event
-    elif is_client_msg_type(msg_type):
-        with contextlib.suppress(UnicodeDecodeError):
-            out["text"] = content.decode()
-    return out
 
 
 def record_json(r: MsgRecord) -> dict[str, Any]:

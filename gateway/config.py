@@ -84,6 +84,12 @@ class Config:
     check_timeout_ms: float = 200.0
     check_fail: str = "open"
     check_pool: int = 8
+    # The notify webhook after the commit (gateway.notify): committed messages POSTed in
+    # batches, at least once, from a bounded queue (past it: counted and not notified).
+    notify_url: str = ""
+    notify_token: str = ""  # sent as Authorization: Bearer
+    notify_queue_max: int = 10_000
+    notify_batch_max: int = 100
     # Quotas: groups a uid may create a day, and conversations a uid may be a member of
     # (checked when a group is created or members are added).
     groups_per_day: int = 100
@@ -176,6 +182,12 @@ class Config:
             raise ConfigError(
                 f"--check-url must be an http:// or https:// URL, got {self.check_url!r}"
             )
+        if self.notify_url and not self.notify_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"--notify-url must be an http:// or https:// URL, got {self.notify_url!r}"
+            )
+        if self.notify_queue_max < 1 or self.notify_batch_max < 1:
+            raise ConfigError("need notify_queue_max >= 1 and notify_batch_max >= 1")
         if not (self.check_timeout_ms > 0 and self.check_pool >= 1):
             raise ConfigError("need check_timeout_ms > 0 and check_pool >= 1")
         if bool(self.tls_cert) != bool(self.tls_key):

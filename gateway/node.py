@@ -24,6 +24,7 @@ from gateway.contentcheck import WebhookCheck
 from gateway.fanout import FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
+from gateway.notify import Notifier
 from gateway.outbox import OutboxKeeper
 from gateway.ports import Session
 from gateway.ratelimit import SharedBudgets, UidRateLimiter
@@ -102,6 +103,21 @@ class Node:
                 throttle=self.log_throttle.allow,
             )
         )
+        self.notifier = (
+            None
+            if not config.notify_url
+            else Notifier(
+                config.notify_url,
+                node_id=node_id,
+                token=config.notify_token,
+                queue_max=config.notify_queue_max,
+                batch_max=config.notify_batch_max,
+                log=self.log,
+                throttle=self.log_throttle.allow,
+            )
+        )
+        if self.notifier is not None:
+            self.metrics.watch_notifier(self.notifier)
         self.batcher = SendBatcher(
             store,
             max_batch=config.batch_max,
@@ -176,6 +192,8 @@ class Node:
             self.shared_budgets.start()
         if self.outbox is not None:
             await self.outbox.start()
+        if self.notifier is not None:
+            self.notifier.start()
         self.wheel.start()
 
     def protocol_factory(self) -> Connection:
@@ -435,7 +453,11 @@ class Node:
         uids: Iterable[int] | None = None,
     ) -> None:
         """PUSH a committed message to every online device of every member (or of `uids`)
-        except the connection `exclude` that sent it. Best effort, in the background."""
+        except the connection `exclude` that sent it. Best effort, in the background. Every
+        committed message passes here once (sends, system and recall messages): the notify
+        webhook queues it here."""
+        if self.notifier is not None:
+            self.notifier.add(msg)
         if uids is not None:
             self._push(msg, exclude, list(uids))
         else:
