@@ -193,17 +193,51 @@ def host_busy_ticks() -> int | None:
     return sum(fields) - fields[3] - fields[4]
 
 
-def find_pid(*names: str) -> int | None:
-    """The first process whose comm is one of `names` (e.g. the local mariadbd)."""
+def find_pid(*names: str, port: int | None = None) -> int | None:
+    """The first process whose comm is one of `names` (e.g. the local mariadbd); with
+    `port`, the one listening on that TCP port (a second MariaDB or a Redis Cluster on
+    the same machine has the same comm)."""
+    inodes = _listening_inodes(port) if port is not None else None
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/comm") as f:
-                    if f.read().strip() in names:
-                        return int(entry)
+                    if f.read().strip() not in names:
+                        continue
+                if inodes is None or _holds_socket(entry, inodes):
+                    return int(entry)
             except OSError:
                 continue
     return None
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The socket inodes listening on TCP `port` (IPv4 and IPv6)."""
+    found: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    local, state, inode = fields[1], fields[3], fields[9]
+                    if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                        found.add(inode)
+        except (OSError, StopIteration, IndexError, ValueError):
+            continue
+    return found
+
+
+def _holds_socket(pid: str, inodes: set[str]) -> bool:
+    fd_dir = f"/proc/{pid}/fd"
+    for fd in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
 
 
 def kernel_memory() -> dict[str, int]:

@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.common import BenchError, Gateway, GatewaySpec, Sampler, find_pid, log
 from bench.fleet import FleetView
@@ -84,11 +85,13 @@ class Run:
         # A local MariaDB or Redis serves the gateway: sample them too.
         store = gw.store if gw is not None and gw.store else self.args.store or ""
         cache = gw.cache if gw is not None and gw.cache else self.args.cache or ""
-        for name, used, comms in (
-            ("mariadb", store.startswith("mysql://"), ("mariadbd", "mysqld")),
-            ("redis", cache.startswith("redis://"), ("redis-server",)),
+        for name, url, default_port, comms in (
+            ("mariadb", store, 3306, ("mariadbd", "mysqld")),
+            ("redis", cache, 6379, ("redis-server",)),
         ):
-            pid = find_pid(*comms) if used else None
+            used = url.startswith(("mysql://", "redis://"))
+            port = urlsplit(url).port or default_port if used else None
+            pid = find_pid(*comms, port=port) if used else None
             if pid is not None:
                 self.sampler.watch(name, functools.partial(list, (pid,)))
         self.sample(force=True)

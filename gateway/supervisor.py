@@ -55,6 +55,16 @@ def worker_config(config: Config, index: int) -> Config:
     )
 
 
+def drain_grace_s(config: Config) -> float:
+    """How long a drain of `config`'s workers may take before stragglers get SIGKILL:
+    every connection a worker may hold at the drain rate, then the in-flight requests.
+    A service manager's stop timeout (systemd TimeoutStopSec=, compose
+    stop_grace_period) should be longer (deploy/ is checked against it)."""
+    per_worker = config.max_connections / max(1, config.workers)
+    kicks = per_worker / config.drain_rate if config.drain_rate else 0
+    return 2 * config.shutdown_timeout + 30 + kicks
+
+
 class Supervisor:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -70,13 +80,7 @@ class Supervisor:
         for slot in self.slots:
             self._spawn(slot)
         stop_deadline = 0.0
-        # Drain time: every connection a worker may hold at the drain rate, then the
-        # in-flight requests; after that, stragglers get SIGKILL.
-        cfg = self.config
-        per_worker = cfg.max_connections / max(1, cfg.workers)
-        grace = (
-            2 * cfg.shutdown_timeout + 30 + (per_worker / cfg.drain_rate if cfg.drain_rate else 0)
-        )
+        grace = drain_grace_s(self.config)
         while True:
             self._reap()
             now = time.monotonic()

@@ -13,8 +13,12 @@ What Redis holds here (see storage/redis/cache.py for the keys):
   on the send path cost 12 % of the worker's CPU at 6,000 msg/s, for a rare path);
 - read and delivered positions: written to Redis first and flushed to MySQL in batches
   (every FLUSH_EVERY_S, at most 3 s), positions only ever move forward;
-- the last 200 messages of each conversation (storage/redis/recent.py), written after
-  each group commit in one round trip. PULL and HISTORY pages inside them are answered
+- the last 200 messages of each conversation (storage/redis/recent.py). A group's
+  messages (`WRITE_THROUGH_MEMBERS` members or more: many readers, most of them catching
+  up later) are written after each group commit in one round trip; a p2p conversation's
+  are cached when a page of them is read from MySQL (read-through): its messages are
+  PUSHed to the one peer and rarely read again, and writing each one to Redis cost ~17 %
+  of a worker's CPU per message. PULL and HISTORY pages inside the cache are answered
   from Redis; MySQL then answers only a primary-key read of the committed max seq and
   the highest recalled seq, which is what proves that the cache holds every message of
   the page as it now stands (a cache write that failed leaves the cache behind the
@@ -52,6 +56,9 @@ from storage.redis.recent import RecentCache
 
 FLUSH_EVERY_S: Final = 1.0
 MAX_CACHE_WRITES: Final = 64  # recent-cache writes in flight
+# Conversations of this many members or more have their messages written to the recent
+# cache at commit; smaller ones (p2p) are cached when a page of them is read.
+WRITE_THROUGH_MEMBERS: Final = 3
 log = structlog.get_logger("imgw.store")
 
 
@@ -71,6 +78,8 @@ class ProductionStore:
         self.mysql = mysql
         self.cache = cache
         self.recent = recent
+        # Conversations with this many members or more are cached at commit (see above).
+        self.write_through_members = WRITE_THROUGH_MEMBERS
         self._cache_writes: set[asyncio.Task[None]] = set()
         self.recent_hits = 0
         self.recent_misses = 0
@@ -213,20 +222,30 @@ class ProductionStore:
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         results = await self.mysql.append(batch)
-        stored = [r.message for r in results if r.status is AppendStatus.STORED and r.message]
-        if stored and self.recent is not None:
-            # Not awaited: the acks need not wait for it, and the batcher's commit slot
-            # is free for the next batch meanwhile. A read racing the write misses the
-            # cache and goes to MySQL; writes landing out of order are safe (see
-            # storage/redis/recent.py). Bounded: past the cap a write is skipped, which
-            # only means a miss later.
-            if len(self._cache_writes) < MAX_CACHE_WRITES:
-                task = asyncio.get_running_loop().create_task(self._cache_recent(stored))
-                self._cache_writes.add(task)
-                task.add_done_callback(self._cache_writes.discard)
-            else:
-                self.recent_skipped += 1
+        if self.recent is not None:
+            stored = [
+                r.message
+                for r in results
+                if r.status is AppendStatus.STORED
+                and r.message
+                and len(r.members) >= self.write_through_members
+            ]
+            if stored:
+                self._cache_soon(stored)
         return results
+
+    def _cache_soon(self, msgs: list[StoredMessage]) -> None:
+        """Write `msgs` to the recent cache without waiting: the acks (or the page) need
+        not wait for it, and the batcher's commit slot is free for the next batch
+        meanwhile. A read racing the write misses the cache and goes to MySQL; writes
+        landing out of order are safe (see storage/redis/recent.py). Bounded: past the
+        cap a write is skipped, which only means a miss later."""
+        if len(self._cache_writes) < MAX_CACHE_WRITES:
+            task = asyncio.get_running_loop().create_task(self._cache_recent(msgs))
+            self._cache_writes.add(task)
+            task.add_done_callback(self._cache_writes.discard)
+        else:
+            self.recent_skipped += 1
 
     async def _cache_recent(self, msgs: Iterable[StoredMessage]) -> None:
         """Best effort, after the commit: a failed write only makes reads of those
@@ -259,12 +278,14 @@ class ProductionStore:
         self, conv_id: int, after_seq: int, limit: int, *, min_seq: int, max_seq: int | None
     ) -> tuple[list[StoredMessage], bool]:
         lo = max(after_seq + 1, min_seq)
-        page = await self._recent_page(conv_id, lo, max_seq, limit, newest=False)
+        page, committed = await self._recent_page(conv_id, lo, max_seq, limit, newest=False)
         if page is not None:
             return page
-        return await self.mysql.read_after(
+        read = await self.mysql.read_after(
             conv_id, after_seq, limit, min_seq=min_seq, max_seq=max_seq
         )
+        self._read_through(read[0], committed)
+        return read
 
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
@@ -272,30 +293,40 @@ class ProductionStore:
         hi = max_seq if before_seq == 0 else before_seq - 1  # 0: from the newest
         if max_seq is not None and hi is not None:
             hi = min(hi, max_seq)
-        page = await self._recent_page(conv_id, min_seq, hi, limit, newest=True)
+        page, committed = await self._recent_page(conv_id, min_seq, hi, limit, newest=True)
         if page is not None:
             return page
-        return await self.mysql.read_before(
+        read = await self.mysql.read_before(
             conv_id, before_seq, limit, min_seq=min_seq, max_seq=max_seq
         )
+        self._read_through(read[0], committed)
+        return read
+
+    def _read_through(self, page: list[StoredMessage], committed: int) -> None:
+        """Cache a page MySQL answered when it lies among the conversation's newest
+        messages (the ones the cache keeps): the next reader of it is answered by Redis."""
+        recent = self.recent
+        if page and committed and recent is not None and page[-1].seq > committed - recent.limit:
+            self._cache_soon(page)
 
     async def _recent_page(
         self, conv_id: int, lo: int, hi: int | None, limit: int, *, newest: bool
-    ) -> tuple[list[StoredMessage], bool] | None:
+    ) -> tuple[tuple[list[StoredMessage], bool] | None, int]:
         """The page of seqs in [lo, hi] (the first `limit`, or the last `limit` when
         `newest`) and whether more of the range lies beyond it, from the recent cache;
         None when the cache cannot prove it holds the whole page (then MySQL answers).
+        Also the conversation's committed max seq (0 when not read).
 
         Seqs are gapless (allocated under the seq row lock; a rollback gives them back),
         so the range's messages are exactly seqs lo..min(hi, committed max): the cache
         answers when it holds every one of the seqs the page needs."""
         if self.recent is None or limit <= 0:
-            return None
+            return None, 0
         lo = max(lo, 1)
         committed, recalled = await self.mysql.seq_bounds(conv_id)
         end = committed if hi is None else min(hi, committed)
         if end < lo:
-            return [], False
+            return ([], False), committed
         # one seq past the page, to know whether there is more
         first, last = (max(lo, end - limit), end) if newest else (lo, min(end, lo + limit))
         if first <= recalled:
@@ -303,20 +334,20 @@ class ProductionStore:
             # may still hold the original (a forget that failed, or one on another node
             # not yet done), so pages down there come from MySQL.
             self.recent_misses += 1
-            return None
+            return None, committed
         try:
             got = await self.recent.range(conv_id, first, last)
         except CacheUnavailable as e:
             self._redis_failed("recent range", e)
-            return None
+            return None, 0  # 0: no read-through either, Redis is in trouble
         if [m.seq for m in got] != list(range(first, last + 1)):
             self.recent_misses += 1
-            return None
+            return None, committed
         self.recent_hits += 1
         more = last - first + 1 > limit
         if not more:
-            return got, False
-        return (got[1:], True) if newest else (got[:limit], True)
+            return (got, False), committed
+        return ((got[1:], True) if newest else (got[:limit], True)), committed
 
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int

@@ -121,6 +121,11 @@ class RecentCache:
     def prefix(self) -> str:
         return self._prefix
 
+    @property
+    def limit(self) -> int:
+        """How many of a conversation's newest messages are kept."""
+        return self._max
+
     def key(self, conv_id: int) -> str:
         return f"{self._prefix}recent:{{{conv_id}}}"
 

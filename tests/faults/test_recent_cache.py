@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from protocol.ops import MsgType
+from storage import production
 from storage.factory import open_backends
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLStore
@@ -39,6 +40,9 @@ async def store(redis_proxy: TcpProxy) -> AsyncIterator[ProductionStore]:
     backends = open_backends(mysql_url, proxied, "local://")
     s = backends.store
     assert isinstance(s, ProductionStore) and s.recent is not None
+    # Every message written at commit, p2p included (the default caches p2p pages when
+    # read: test_p2p_pages_are_cached_when_read), so that these tests control the cache.
+    s.write_through_members = 1
     await s.start()
     try:
         yield s
@@ -90,11 +94,15 @@ async def test_a_lost_cache_write_never_hides_a_message(store: ProductionStore) 
     await send(store, conv, 1, 5, "cached")
     # committed but never cached, as when the cache write after a commit failed
     await store.mysql.append([NewMessage(conv, 2, f"lost-{i}", 1, b"x") for i in range(3)])
-    page, more = await store.read_after(conv, 0, 50, min_seq=0, max_seq=None)
-    assert [m.seq for m in page] == list(range(1, 9)) and not more
     misses = store.recent_misses
     page, more = await store.read_after(conv, 3, 50, min_seq=0, max_seq=None)
-    assert [m.seq for m in page] == [4, 5, 6, 7, 8] and store.recent_misses == misses + 1
+    assert [m.seq for m in page] == [4, 5, 6, 7, 8] and not more
+    assert store.recent_misses == misses + 1  # the cache stops at 5: MySQL answered
+    await store.cache_settled()  # ... and the page it answered is cached (read-through)
+    hits = store.recent_hits
+    page, more = await store.read_after(conv, 0, 50, min_seq=0, max_seq=None)
+    assert [m.seq for m in page] == list(range(1, 9)) and not more
+    assert store.recent_hits == hits + 1
     await send(store, conv, 1, 2, "after")  # the next write starts the cache afresh
     await same_pages(store, conv, 10)
 
@@ -179,3 +187,43 @@ async def test_refused_recalls_leave_the_cache_alone(store: ProductionStore) -> 
     page, more = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
     assert [m.seq for m in page] == [1, 2, 3, 4, 5] and not more
     assert store.recent_hits == hits + 1
+
+
+async def test_p2p_pages_are_cached_when_read(store: ProductionStore) -> None:
+    """By default a p2p message is not written to Redis at commit (it is PUSHed to the
+    one peer and rarely read again); a page of them read from MySQL is cached, so the
+    next reader of it is answered by Redis, and a recall still never serves the
+    original."""
+    store.write_through_members = production.WRITE_THROUGH_MEMBERS
+    assert store.recent is not None
+    conv = await store.open_p2p(1, 2)
+    await send(store, conv, 1, 5, "m")
+    assert await store.recent.range(conv, 1, 5) == []  # not written at commit
+    hits, misses = store.recent_hits, store.recent_misses
+    first = await store.read_after(conv, 0, 50, min_seq=0, max_seq=None)
+    assert [m.seq for m in first[0]] == [1, 2, 3, 4, 5] and store.recent_misses == misses + 1
+    await store.cache_settled()
+    assert await store.read_after(conv, 0, 50, min_seq=0, max_seq=None) == first
+    assert store.recent_hits == hits + 1  # the page read from MySQL was cached
+    await send(store, conv, 2, 2, "later")  # committed, not cached: the next read misses
+    page, _ = await store.read_after(conv, 5, 50, min_seq=0, max_seq=None)
+    assert [m.seq for m in page] == [6, 7] and store.recent_misses == misses + 2
+    await store.cache_settled()
+    assert [m.seq for m in await store.recent.range(conv, 1, 7)] == list(range(1, 8))
+    assert (await store.recall(conv, 3, 1, window_ms=120_000, min_seq=0)).status is (
+        RecallStatus.RECALLED
+    )
+    await same_pages(store, conv, 8)
+    page, _ = await store.read_after(conv, 2, 1, min_seq=0, max_seq=None)
+    assert (page[0].msg_type, page[0].content) == (MsgType.RECALL, b"")
+
+
+async def test_groups_are_cached_at_commit(store: ProductionStore) -> None:
+    store.write_through_members = production.WRITE_THROUGH_MEMBERS
+    assert store.recent is not None
+    conv, _ = await store.create_group(1, "g", [2, 3])
+    await send(store, conv, 2, 3, "m")
+    assert [m.seq for m in await store.recent.range(conv, 1, 4)] == [1, 2, 3, 4]
+    hits = store.recent_hits
+    page, more = await store.read_after(conv, 0, 50, min_seq=0, max_seq=None)
+    assert [m.seq for m in page] == [1, 2, 3, 4] and not more and store.recent_hits == hits + 1

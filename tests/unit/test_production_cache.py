@@ -51,6 +51,7 @@ class FakeMySQL:
         self.direct_reads: list[tuple[int, int, int]] = []
         self.flush_gate: asyncio.Event | None = None  # set: the next flush waits for it
         self.flush_fails = False
+        self.append_members: tuple[int, ...] = (1, 2, 3)  # appends go to a group
 
     def now_ms(self) -> int:
         return 5_000
@@ -118,7 +119,7 @@ class FakeMySQL:
         for m in batch:
             seq += 1
             stored = StoredMessage(m.conv_id, seq, seq, m.sender_uid, m.msg_type, m.content, 0, "")
-            out.append(AppendResult(AppendStatus.STORED, stored))
+            out.append(AppendResult(AppendStatus.STORED, stored, members=self.append_members))
         self.max_seqs[CONV] = seq
         return out
 
@@ -180,6 +181,8 @@ class FakeRedisCache:
 
 class FakeRecent:
     """The recent-message cache: whatever seqs it was given, per conversation."""
+
+    limit = 200
 
     def __init__(self) -> None:
         self.held: dict[int, dict[int, StoredMessage]] = {}
@@ -414,6 +417,29 @@ async def test_cache_writes_in_flight_are_bounded_and_excess_ones_skipped(fakes:
     await store.append([NewMessage(CONV, 1, "after", 1, b"x")])
     await store.cache_settled()
     assert store.recent_skipped == 5 and len(recent.held[CONV]) == cap + 1
+
+
+async def test_p2p_messages_are_cached_when_read_not_at_commit(fakes: Fakes) -> None:
+    store, mysql, _, recent = fakes
+    mysql.append_members = (1, 2)  # a p2p conversation
+    await store.append([NewMessage(CONV, 1, f"c{i}", 1, b"x") for i in range(3)])
+    await store.cache_settled()
+    assert recent.held == {}  # not written at commit
+    mysql.page = ([msg(2), msg(3)], False)
+    assert await store.read_after(CONV, 1, 5, min_seq=1, max_seq=None) is mysql.page
+    await store.cache_settled()
+    assert sorted(recent.held[CONV]) == [2, 3]  # the page MySQL answered is now cached
+
+
+async def test_pages_older_than_the_cached_window_are_not_cached(fakes: Fakes) -> None:
+    store, mysql, _, recent = fakes
+    mysql.max_seqs[CONV] = 1_000
+    mysql.page = ([msg(700), msg(701)], True)  # HISTORY far back: not what the cache keeps
+    await store.read_before(CONV, 702, 2, min_seq=1, max_seq=None)
+    mysql.page = ([msg(850), msg(851)], True)  # within the newest 200
+    await store.read_before(CONV, 852, 2, min_seq=1, max_seq=None)
+    await store.cache_settled()
+    assert sorted(recent.held[CONV]) == [850, 851]
 
 
 # -- read positions: accepted in Redis, flushed to MySQL -----------------------------------
