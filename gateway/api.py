@@ -252,7 +252,7 @@ Handler = Callable[..., Awaitable[Result]]
 
 
 @dataclass(frozen=True, slots=True)
-class Route_:
+class Endpoint:
     method: str
     pattern: re.Pattern[str]
     handler: Handler
@@ -269,7 +269,7 @@ class Api:
         self.broadcast_budget = Bucket(
             cfg.api_broadcast_burst, cfg.api_broadcast_per_s, node.loop.time
         )
-        self._routes: list[Route_] = []
+        self._routes: list[Endpoint] = []
         for method, path, handler, body in (
             ("POST", "conversations/{id}/messages", self.send, True),
             ("GET", "conversations/{id}/messages", self.messages, False),
@@ -285,7 +285,7 @@ class Api:
             ("POST", "broadcast", self.broadcast, True),
         ):
             regex = re.escape(path).replace(re.escape("{id}"), r"([0-9]+)")
-            self._routes.append(Route_(method, re.compile(regex), handler, body))
+            self._routes.append(Endpoint(method, re.compile(regex), handler, body))
 
     async def handle(self, method: str, path: str, query: str, body: bytes) -> Result:
         """The status and JSON body answering one request to `path` (under PREFIX)."""
