@@ -18,7 +18,7 @@ import binascii
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
@@ -289,21 +289,28 @@ class Api:
 
     async def handle(self, method: str, path: str, query: str, body: bytes) -> Result:
         """The status and JSON body answering one request to `path` (under PREFIX)."""
+        called = ["unknown"]  # the call's name, once its endpoint is found
         try:
-            return await self._handle(method, path, query, body)
+            result = await self._handle(method, path, query, body, called)
         except ApiError as e:
-            return e.status, error_body(e.code, e.message)
+            result = e.status, error_body(e.code, e.message)
         except BackendUnavailable as e:
-            return 503, error_body(ErrorCode.UNAVAILABLE, f"storage unavailable: {e}")
+            result = 503, error_body(ErrorCode.UNAVAILABLE, f"storage unavailable: {e}")
         except TimeoutError:
-            return 503, error_body(ErrorCode.UNAVAILABLE, "timed out; retry (sends: same key)")
+            result = 503, error_body(ErrorCode.UNAVAILABLE, "timed out; retry (sends: same key)")
         except Exception:
             node = self._node
             if (held := node.log_throttle.allow("api failed")) is not None:
                 node.log.exception("api call failed", path=path, similar_held_back=held)
-            return 500, error_body(ErrorCode.INTERNAL, "internal error")
+            result = 500, error_body(ErrorCode.INTERNAL, "internal error")
+        error = result[1].get("error")
+        code = "ok" if error is None else str(error["code"])
+        self._node.metrics.api_calls.labels(call=called[0], code=code).inc()
+        return result
 
-    async def _handle(self, method: str, path: str, query: str, raw: bytes) -> Result:
+    async def _handle(
+        self, method: str, path: str, query: str, raw: bytes, called: list[str]
+    ) -> Result:
         rest = path[len(PREFIX) :]
         allowed: list[str] = []
         for route in self._routes:
@@ -313,6 +320,7 @@ class Api:
             if route.method != method:
                 allowed.append(route.method)
                 continue
+            called[0] = route.handler.__name__
             args: list[Any] = [as_id(g, "id") for g in m.groups()]
             if route.body:
                 args.append(_json_object(raw))
@@ -590,6 +598,3 @@ def http_status(status: int) -> str:
 
 def dumps(body: object) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode() + b"\n"
-
-
-__all__: Sequence[str] = ("PREFIX", "Api", "ApiError", "Call", "dumps", "http_status")

@@ -51,6 +51,12 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.api_calls = Counter(
+            "imgw_api_calls",
+            "Server API calls answered, by call and outcome (ok or the error code)",
+            ["call", "code"],
+            registry=r,
+        )
         self.storage_errors = Counter(
             "imgw_storage_errors", "Storage operations that failed", ["op"], registry=r
         )

@@ -35,6 +35,11 @@ class Api:
         assert status != 200, answer
         return status, answer["error"]["code"]
 
+    async def metrics(self) -> str:
+        url = self.base.replace("/api/v1/", "/metrics")
+        async with httpx.AsyncClient(timeout=10) as client:
+            return (await client.get(url)).text
+
     async def ready(self, timeout: float = 10.0) -> None:
         """Wait until the admin port answers."""
         url = self.base.replace("/api/v1/", "/healthz")
