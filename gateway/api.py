@@ -321,6 +321,9 @@ class Api:
                 allowed.append(route.method)
                 continue
             called[0] = route.handler.__name__
+            if method != "GET" and not self._node.accepting:
+                # its batcher is being drained: a send could no longer be committed
+                raise ApiError(ErrorCode.UNAVAILABLE, "this node is draining; call another")
             args: list[Any] = [as_id(g, "id") for g in m.groups()]
             if route.body:
                 args.append(_json_object(raw))

@@ -327,3 +327,20 @@ async def test_every_call_needs_the_token_and_json(start_gateway: StartGateway) 
     opened = await api.ok("POST", "p2p", {"uid": str(big), "peer_uid": "2"})
     info = await api.ok("GET", f"conversations/{opened['conv_id']}")
     assert set(info["members"]) == {str(big), 2}
+
+
+@pytest.mark.backends("embedded")
+async def test_a_draining_node_refuses_changes_and_still_reads(
+    start_gateway: StartGateway,
+) -> None:
+    gw, api = await started(start_gateway)
+    conv = (await api.ok("POST", "p2p", {"uid": 1, "peer_uid": 2}))["conv_id"]
+    assert gw.node is not None
+    gw.node.accepting = False  # what a drain sets first, before the batcher drains
+    body = {"sender_uid": 1, "client_msg_id": "late", "text": "x"}
+    assert await api.error("POST", f"conversations/{conv}/messages", body) == (
+        503,
+        "unavailable",
+    )
+    assert (await api.ok("GET", f"conversations/{conv}"))["members"] == [1, 2]
+    gw.node.accepting = True
