@@ -34,7 +34,8 @@ HIST_DIGITS: Final = 3
 CLK_TCK: Final = os.sysconf("SC_CLK_TCK")
 PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 START_HOW: Final = {
-    3306: "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    3306: "start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid "
+    "--exec /usr/sbin/mariadbd",
     6379: 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
     "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log",
     5672: "rabbitmq-server -detached",

@@ -250,12 +250,63 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         settings = MySQLSettings.from_url(url)
         if args.shards is not None:
             settings = dataclasses.replace(settings, shards=args.shards)
-        done = asyncio.run(migrate(settings))
+        servers = [u.strip() for u in (args.servers or "").split(",") if u.strip()]
+        done = asyncio.run(migrate(settings, servers or None))
     except (ValueError, StoreUnavailable) as e:
         print(f"imgw db migrate: {e}", file=sys.stderr)
         return 1
     for line in done:
         print(f"{settings.database}: {line}")
+    return 0
+
+
+def cmd_db_status(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from storage.errors import StoreUnavailable
+    from storage.mysql import MySQLSettings
+    from storage.mysql.schema import status
+
+    url = args.store or load(config_file=args.config).store_url()
+    if not url.startswith("mysql://"):
+        print("imgw db status: pass --store mysql://user:password@host:3306/database",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        lines, ok = asyncio.run(status(MySQLSettings.from_url(url)))
+    except (ValueError, StoreUnavailable) as e:
+        print(f"imgw db status: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+def cmd_db_add_server(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from storage.errors import StoreUnavailable
+    from storage.mysql import MySQLSettings
+    from storage.mysql.move import add_server
+
+    url = args.store or load(config_file=args.config).store_url()
+    if not url.startswith("mysql://"):
+        print("imgw db add-server: pass --store mysql://user:password@host:3306/database",
+              file=sys.stderr)  # fmt: skip
+        return 2
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    try:
+        lines = asyncio.run(
+            add_server(
+                MySQLSettings.from_url(url), args.url, take=args.take, grace_s=args.grace, log=log
+            )
+        )
+    except (ValueError, RuntimeError, StoreUnavailable) as e:
+        print(f"imgw db add-server: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(lines))
     return 0
 
 
@@ -354,8 +405,43 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     mig.add_argument("--store", help="mysql://user:password@host:port/database (or IMGW_STORE)")
     mig.add_argument("--shards", type=int, help="message table shards, fixed at first migrate (16)")
+    mig.add_argument(
+        "--servers", metavar="URL,URL,...",
+        help="spread the message shards over these MySQL servers (mysql://host:port/db; "
+        "user and password default to --store's), in contiguous ranges; fixed at the "
+        "first migrate (default: every shard in the --store database)",
+    )  # fmt: skip
     mig.add_argument("--config", help="TOML config file to read the store URL from")
     mig.set_defaults(func=cmd_db_migrate)
+    st = db_sub.add_parser(
+        "status", help="print the schema version and the shard map",
+        description="Print the metadata database's schema version and shard count, and "
+        "which server holds which message shards (each checked: it answers, its shard "
+        "tables exist). Exit 1 when something is missing.",
+    )  # fmt: skip
+    st.add_argument("--store", help="the metadata database: mysql://user:password@host:port/db")
+    st.add_argument("--config", help="TOML config file to read the store URL from")
+    st.set_defaults(func=cmd_db_status)
+    add = db_sub.add_parser(
+        "add-server", help="move message shards to a new MySQL server, gateways running",
+        description="Create the tables on URL, then for each shard it takes: freeze it on "
+        "its server (its sends answer unavailable meanwhile), copy its messages and its "
+        "conversations' rows, verify row counts, switch the shard map (gateways follow "
+        "within a second), wait --grace seconds and drop the old copy. A failure before "
+        "the switch undoes the freeze and leaves the map as it was.",
+    )  # fmt: skip
+    add.add_argument("url", help="the new server: mysql://[user:password@]host:port/database")
+    add.add_argument("--store", help="the metadata database: mysql://user:password@host:port/db")
+    add.add_argument(
+        "--take", type=int,
+        help="shards to move to it (default: an even share, taken from the fullest servers)",
+    )  # fmt: skip
+    add.add_argument(
+        "--grace", type=float, default=3.0,
+        help="seconds between the map switch and dropping the old copy (3)",
+    )  # fmt: skip
+    add.add_argument("--config", help="TOML config file to read the store URL from")
+    add.set_defaults(func=cmd_db_add_server)
 
     drain = sub.add_parser(
         "drain",

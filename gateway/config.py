@@ -19,6 +19,8 @@ from protocol.token import KeyRing
 
 ENV_PREFIX: Final = "IMGW_"
 DEFAULT_DATA_DIR: Final = "./imgw-data"
+# cache URLs that name Redis, one server or a cluster: a route store every node shares
+REDIS_URLS: Final = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
 
 
 def is_loopback(host: str) -> bool:
@@ -213,9 +215,7 @@ class Config:
             raise ConfigError("drain_rate and sync_hint_spread_s must be finite numbers")
         if self.workers < 1 or self.drain_rate < 0 or self.sync_hint_spread_s < 0:
             raise ConfigError("need workers >= 1, drain_rate >= 0, sync_hint_spread_s >= 0")
-        shared = self.cache.startswith(("redis://", "rediss://")) and self.bus.startswith(
-            ("amqp://", "amqps://")
-        )
+        shared = self.cache.startswith(REDIS_URLS) and self.bus.startswith(("amqp://", "amqps://"))
         if self.workers > 1 and not shared:
             raise ConfigError(
                 "--workers N needs a shared route store and bus so that workers reach "

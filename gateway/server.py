@@ -27,7 +27,7 @@ import structlog
 import uvloop
 
 from gateway.admin import AdminServer
-from gateway.config import Config
+from gateway.config import REDIS_URLS, Config
 from gateway.connection import Connection
 from gateway.gctune import quiet_gc
 from gateway.limits import connection_cap, raise_nofile
@@ -41,6 +41,7 @@ from storage.snowflake import Snowflake
 
 BACKLOG: Final = 4096
 FLUSH_WAIT_S: Final = 2.0
+LEASE_ATTEMPTS: Final = 3  # a starting node's tries for its snowflake worker id
 
 
 def default_node_id() -> str:
@@ -71,7 +72,7 @@ class Server:
         cfg = self.config
         nofile = raise_nofile()
         node_id = cfg.node_id or default_node_id()
-        if cfg.cache.startswith(("redis://", "rediss://")):
+        if cfg.cache.startswith(REDIS_URLS):
             await self._lease_worker_id(node_id)
         self.backends = open_backends(cfg.store_url(), cfg.cache, cfg.bus, ids=self.ids)
         await self.backends.store.start()
@@ -131,12 +132,18 @@ class Server:
         client, prefix = redis_from_url(self.config.cache)
         owner = f"{node_id}:{os.getpid()}:{time.time_ns()}"
         self._lease = WorkerIdLease(client, prefix=prefix, owner=owner)
-        try:
-            self.ids.worker_id = await self._lease.acquire()
-        except BackendUnavailable:
-            await client.aclose()
-            self._lease = None
-            raise
+        for attempt in range(1, LEASE_ATTEMPTS + 1):
+            try:
+                self.ids.worker_id = await self._lease.acquire()
+                break
+            except BackendUnavailable as e:
+                if attempt == LEASE_ATTEMPTS:
+                    await client.aclose()
+                    self._lease = None
+                    raise
+                # a first contact can be slow (a cluster client reads the slot map and
+                # loads the script on every master first): try again before giving up
+                self.log.warning("worker id lease failed; trying again", error=str(e))
         self.log.info("snowflake worker id leased", worker_id=self.ids.worker_id)
         self._lease_task = asyncio.get_running_loop().create_task(self._keep_lease())
 

@@ -1,7 +1,8 @@
 """Backends by URL: `--store sqlite:///path | mysql://…`, `--cache memory:// | redis://…`,
 `--bus local:// | amqp://…`.
 
-`mysql://` with `redis://` is the production store (MySQL authority, Redis accelerator);
+`mysql://` with `redis://` is the production store (MySQL authority, Redis accelerator;
+`redis+cluster://h:p,h:p/` puts all of it on Redis Cluster);
 `mysql://` with `memory://` runs on MySQL alone; the cache URL also names the route
 store. `local://` is the in-process bus of a single node; `amqp://` (or `amqps://`) is the
 RabbitMQ bus that several nodes share (options in `storage.amqp.bus`)."""
@@ -57,7 +58,7 @@ def open_backends(
     cache = None
     recent = None
     budgets: RateBudgets | None = None
-    if cache_scheme in ("redis", "rediss"):
+    if cache_scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         from storage.redis import RedisCache, RedisRouteStore, redis_from_url
         from storage.redis.budgets import RedisRateBudgets
         from storage.redis.recent import RecentCache

@@ -97,6 +97,11 @@ class AppendStatus(Enum):
     CONFLICT = "conflict"  # same (sender, client_msg_id), different conv/type/content
     NOT_MEMBER = "not_member"  # the sender is not a current member (or no such conversation)
     DENIED = "denied"  # the content check refused it: not stored
+    # Not stored, or not known to be: the store's server for this message's conversation
+    # failed, while other messages of the batch, on other servers, may be stored
+    # (storage/mysql/store.py). Always an AppendFailed: answered as if `append` had
+    # raised its `error`.
+    FAILED = "failed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,14 @@ class AppendResult:
     # STORED with an outbox: the id of the outbox row recording this commit's fan-out
     # (shared by the batch); clear it once delivered (storage.ports.Outbox).
     outbox_id: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendFailed(AppendResult):
+    """FAILED: what the caller is to answer as if `append` had raised it. A subclass,
+    so that the results every send builds carry no field for it."""
+
+    error: Exception
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ Pure: no I/O. The stores read what a rule needs inside their transaction, call i
 write what it decided (as they do with `storage.membership.plan_change`).
 
 - Append: which messages of a batch are stored and how each is answered
-  (`plan_append`, then `append_results`; `resend_result` for a send found stored).
+  (`plan_append`, then `append_results`; `resend_result` for a send found stored;
+  `reused_elsewhere` for keys reused across servers).
 - Recall: whether a message may be recalled (`recall_refusal`) and the recall
   message's content (`recall_content`).
 - Unread: which messages count as unread (`counts_as_unread`), and the same as a SQL
@@ -13,7 +14,7 @@ write what it decided (as they do with `storage.membership.plan_change`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -71,6 +72,30 @@ def plan_append(
         else:
             refused.add(i)
     return AppendPlan(store, frozenset(refused), first)
+
+
+def reused_elsewhere(
+    batch: Sequence[NewMessage],
+    recorded: Mapping[SendKey, set[int]],
+    server_of: Callable[[int], object],
+) -> list[int]:
+    """With message shards over several servers: the positions of `batch` whose key
+    was used before for another conversation (`recorded`: the conversations of the
+    idempotency records found on any server), or earlier in the batch for a
+    conversation on another server; each is answered CONFLICT. A record of the same
+    conversation (a copy left by a move) is not a reuse; an earlier send of the batch on
+    the same server is left to that server's commit, as with one server."""
+    out: list[int] = []
+    first: dict[SendKey, int] = {}  # the conversation of each key's first send
+    for i, m in enumerate(batch):
+        key = (m.sender_uid, m.client_msg_id)
+        if any(c != m.conv_id for c in recorded.get(key, ())):
+            out.append(i)
+            continue
+        prior = first.setdefault(key, m.conv_id)
+        if prior != m.conv_id and server_of(prior) is not server_of(m.conv_id):
+            out.append(i)
+    return out
 
 
 def resend_result(m: NewMessage, original: StoredMessage | None) -> AppendResult:

@@ -4,6 +4,7 @@ the split into a fast and a slow tier (tests/support/tiers.py)."""
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,16 @@ import pytest
 from gateway.config import Config
 from gateway.logs import configure
 from gateway.server import Server
-from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
+from tests.support.services import (
+    CLUSTER_URL,
+    drop_mysql,
+    drop_redis,
+    fresh_cluster_url,
+    fresh_mysql,
+    fresh_redis_url,
+    start_redis_cluster,
+    stop_redis_cluster,
+)
 from tests.support.tiers import HOW_TO_FIX, fast_tier_guard, is_slow
 from tests.support.wire import TOKEN_KEY, Wire
 
@@ -36,8 +46,10 @@ def test_config(tmp_path: Path, **overrides: Any) -> Config:
 
 
 # embedded: SQLite + in-process routes. mysql: MySQL alone (what runs while Redis is
-# down). production: MySQL + Redis.
-BACKENDS = ("embedded", "mysql", "production")
+# down). production: MySQL + Redis. sharded: MySQL alone, its message shards split over
+# two servers (3306 and the second MariaDB, scripts/mariadb-second). cluster: MySQL +
+# a 3-master Redis Cluster.
+BACKENDS = ("embedded", "mysql", "production", "sharded", "cluster")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -87,19 +99,38 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     return (yield from _guarded(item))
 
 
+@pytest.fixture(scope="session")
+def redis_cluster() -> Generator[str, None, None]:
+    """The tests' 3-master Redis Cluster (scripts/redis-cluster), started unless its ports
+    answer and then stopped at the end of the session; its URL, without a prefix. It
+    failing to start fails the tests that need it: they are never skipped."""
+    try:
+        started = start_redis_cluster()
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        pytest.fail(f"the test Redis Cluster did not start: {e}", pytrace=False)
+    yield CLUSTER_URL
+    if started:
+        stop_redis_cluster()
+
+
 @pytest.fixture
-async def backend_urls(backend: str) -> AsyncIterator[dict[str, str]]:
+async def backend_urls(
+    backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[dict[str, str]]:
     """Config overrides that put a gateway on `backend`, with private, fresh data."""
     if backend == "embedded":
         yield {}
         return
-    url = await fresh_mysql()
-    cache = fresh_redis_url() if backend == "production" else "memory://"
+    if backend == "cluster":
+        request.getfixturevalue("redis_cluster")
+    url = await fresh_mysql(4, sharded=True) if backend == "sharded" else await fresh_mysql()
+    caches = {"production": fresh_redis_url, "cluster": fresh_cluster_url}
+    cache = caches[backend]() if backend in caches else "memory://"
     try:
         yield {"store": url, "cache": cache}
     finally:
         await drop_mysql(url)
-        if backend == "production":
+        if backend in caches:
             await drop_redis(cache)
 
 

@@ -17,7 +17,10 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-MARIADB_HOW = "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd"
+MARIADB_HOW = (
+    "start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid "
+    "--exec /usr/sbin/mariadbd"
+)
 SMALL_RUN = ["--pairs", "10", "--rate", "200", "--duration", "2", "--warmup", "1"]
 
 

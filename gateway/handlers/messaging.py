@@ -33,6 +33,7 @@ from protocol.ops import (
 )
 from storage.errors import BackendUnavailable, StoreOutcomeUnknown
 from storage.models import (
+    AppendFailed,
     AppendResult,
     AppendStatus,
     NewMessage,
@@ -139,22 +140,14 @@ def _committed(
         return
     exc = fut.exception()
     if exc is not None:
-        if isinstance(exc, StoreOutcomeUnknown):
-            # Maybe stored: never say "not stored". Clients that do not know the code
-            # get unavailable, whose instruction (same id again) is right here too.
-            node.metrics.sends.labels(result="outcome_unknown").inc()
-            known = CAP_OUTCOME_UNKNOWN in conn.caps
-            code = ErrorCode.OUTCOME_UNKNOWN if known else ErrorCode.UNAVAILABLE
-            conn.error(f.rid, code, _OUTCOME_UNKNOWN)
-            return
-        node.metrics.sends.labels(result="unavailable").inc()
-        if not isinstance(exc, BackendUnavailable):
-            node.log.error("send commit failed", error=repr(exc))
-        conn.error(f.rid, ErrorCode.UNAVAILABLE, "store unavailable; retry with the same id")
+        _failed(node, conn, f, exc)
         return
     result = fut.result()
     status = result.status
     if status is not AppendStatus.STORED:
+        if isinstance(result, AppendFailed):  # its server failed, not the whole batch
+            _failed(node, conn, f, result.error)
+            return
         node.limiter.refund(conn.uid)  # nothing new stored: the send costs no token
     if status is AppendStatus.DENIED:
         node.metrics.sends.labels(result="denied").inc()
@@ -177,6 +170,22 @@ def _committed(
     node.push_message(result.message, exclude=conn, uids=result.members)
     if result.outbox_id and node.outbox is not None:
         node.outbox.delivered(result.outbox_id)
+
+
+def _failed(node: Services, conn: Session, f: Send, exc: BaseException) -> None:
+    """The answer to a SEND whose commit raised `exc`."""
+    if isinstance(exc, StoreOutcomeUnknown):
+        # Maybe stored: never say "not stored". Clients that do not know the code
+        # get unavailable, whose instruction (same id again) is right here too.
+        node.metrics.sends.labels(result="outcome_unknown").inc()
+        known = CAP_OUTCOME_UNKNOWN in conn.caps
+        code = ErrorCode.OUTCOME_UNKNOWN if known else ErrorCode.UNAVAILABLE
+        conn.error(f.rid, code, _OUTCOME_UNKNOWN)
+        return
+    node.metrics.sends.labels(result="unavailable").inc()
+    if not isinstance(exc, BackendUnavailable):
+        node.log.error("send commit failed", error=repr(exc))
+    conn.error(f.rid, ErrorCode.UNAVAILABLE, "store unavailable; retry with the same id")
 
 
 async def _refuse_non_member(node: Services, conn: Session, f: Send) -> None:

@@ -20,6 +20,7 @@ one DELETE per node per second for the delivered rows, one lease UPSERT per seco
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -130,3 +131,64 @@ class MySQLOutbox:
             )
 
         return bool(await self._db.run(q, tx=False))
+
+
+class ShardedOutbox:
+    """The outbox of a store whose shards may span several servers: each server's
+    commits write their rows in that server's `im_outbox` (the same transaction as the
+    messages); the leases stay in the metadata database. Clearing asks every server
+    (row ids are snowflakes, unique across them); a dead node's rows are read from all.
+    With the metadata database as the only server, each call is the MySQLOutbox's.
+    """
+
+    def __init__(self, meta: MySQLOutbox, servers: Sequence[MySQLOutbox]) -> None:
+        self._meta = meta
+        self._servers: list[MySQLOutbox] = []
+        self.use(servers)
+
+    @property
+    def node(self) -> str:
+        return self._meta.node
+
+    def use(self, servers: Sequence[MySQLOutbox]) -> None:
+        """The servers holding shards now (the shard map changed). Servers that left
+        the map stay swept: their rows may still be owed."""
+        for s in servers:
+            if all(s is not x for x in self._servers):
+                s.record_for(self._meta.node)
+                self._servers.append(s)
+
+    def _single(self) -> bool:
+        return len(self._servers) == 1 and self._servers[0] is self._meta
+
+    def record_for(self, node: str) -> None:
+        self._meta.record_for(node)
+        for s in self._servers:
+            s.record_for(node)
+
+    async def clear(self, ids: Sequence[int]) -> None:
+        if self._single():
+            await self._meta.clear(ids)
+        elif ids:
+            await asyncio.gather(*(s.clear(ids) for s in self._servers))
+
+    async def keep_lease(self, node: str, ttl_ms: int) -> None:
+        await self._meta.keep_lease(node, ttl_ms)
+
+    async def claim_lapsed(self, me: str, ttl_ms: int) -> list[str]:
+        return await self._meta.claim_lapsed(me, ttl_ms)
+
+    async def owed(self, node: str, limit: int) -> list[OutboxRow]:
+        if self._single():
+            return await self._meta.owed(node, limit)
+        pages = await asyncio.gather(*(s.owed(node, limit) for s in self._servers))
+        return sorted((r for p in pages for r in p), key=lambda r: r.id)[:limit]
+
+    async def release(self, node: str, me: str) -> bool:
+        """Drop the lease once no server holds a row of `node` (the metadata database's
+        own rows are checked in the same DELETE)."""
+        others = [s for s in self._servers if s is not self._meta]
+        owed = await asyncio.gather(*(s.owed(node, 1) for s in others))
+        if any(owed):
+            return False
+        return await self._meta.release(node, me)

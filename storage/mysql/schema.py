@@ -7,17 +7,34 @@ change afterwards without moving data: a later migrate with another `--shards` r
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Final
 
 import asyncmy
 from asyncmy import errors as db_errors
 
 from storage.errors import StoreUnavailable
+from storage.mysql.shardmap import (
+    MAP_DDL,
+    ShardRange,
+    masked,
+    owners,
+    place,
+    same_place,
+    server_settings,
+    split,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from asyncmy.connection import Connection
+    from asyncmy.cursors import Cursor
+
     from storage.mysql.settings import MySQLSettings
 
-SCHEMA_VERSION: Final = 3  # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease
+# 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map
+SCHEMA_VERSION: Final = 4
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -92,7 +109,11 @@ _TABLES: Final = [
         claimed_by VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
         KEY k_expires (expires_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    MAP_DDL,
 ]
+# Only in the metadata database; every other table of _TABLES is also on each shard
+# server, for the conversations of its shards (docs/decisions.md).
+_META_ONLY: Final = ("im_node_lease", "im_shard_map")
 
 _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
     id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,
@@ -125,57 +146,216 @@ def message_table(shard: int) -> str:
     return f"im_message_{shard:04d}"
 
 
-def ddl(shards: int) -> list[str]:
-    return [*_TABLES, *(_MESSAGE_TABLE.format(name=message_table(i)) for i in range(shards))]
+def _is_meta_only(stmt: str) -> bool:
+    return any(f"EXISTS {t} " in stmt for t in _META_ONLY)
 
 
-async def migrate(settings: MySQLSettings) -> list[str]:
-    """Create the database and tables if missing; record the schema version and shard
-    count. Idempotent. Returns what it did, for the command's output."""
-    done: list[str] = []
+def ddl(shards: int | Sequence[int], *, meta: bool = True) -> list[str]:
+    """The CREATE statements of a database holding message shards `shards` (a count:
+    0..n-1); `meta`: it is the metadata database (else a shard server's)."""
+    numbers = range(shards) if isinstance(shards, int) else shards
+    tables = [t for t in _TABLES if meta or not _is_meta_only(t)]
+    return [*tables, *(_MESSAGE_TABLE.format(name=message_table(i)) for i in numbers)]
+
+
+async def _connect(settings: MySQLSettings) -> Connection:
     try:
-        conn = await asyncmy.connect(
+        return await asyncmy.connect(
             host=settings.host, port=settings.port, user=settings.user,
             password=settings.password, connect_timeout=settings.timeout_s, autocommit=True,
             charset="utf8mb4",
         )  # fmt: skip
     except (db_errors.OperationalError, OSError) as e:
-        raise StoreUnavailable(f"cannot connect to MySQL at {settings.host}: {e}") from e
+        raise StoreUnavailable(
+            f"cannot connect to MySQL at {settings.host}:{settings.port}: {e}"
+        ) from e
+
+
+async def _check_meta(cur: Cursor, settings: MySQLSettings) -> None:
+    """Refuse a database migrated with another shard count, or by a newer imgw."""
+    await cur.execute("SHOW TABLES LIKE 'im\\_meta'")
+    if await cur.fetchone():
+        await cur.execute("SELECT name, value FROM im_meta")
+        meta = {k: v for k, v in await cur.fetchall()}
+        if "shards" in meta and int(meta["shards"]) != settings.shards:
+            raise ValueError(
+                f"database {settings.database} has {meta['shards']} message shards; "
+                f"refusing to migrate with shards={settings.shards}"
+            )
+        if int(meta.get("schema_version", 0)) > SCHEMA_VERSION:
+            raise ValueError("the database schema is newer than this imgw: upgrade imgw")
+
+
+async def _create(
+    cur: Cursor, settings: MySQLSettings, shards: Sequence[int], *, meta: bool
+) -> list[str]:
+    """Create (or upgrade) one server's database and tables; what it did."""
+    done: list[str] = []
+    await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" warnings
+    await cur.execute(
+        f"CREATE DATABASE IF NOT EXISTS `{settings.database}` DEFAULT CHARACTER SET utf8mb4"
+    )
+    await cur.execute(f"USE `{settings.database}`")
+    await _check_meta(cur, settings)
+    for stmt in ddl(shards, meta=meta):
+        await cur.execute(stmt)
+    done.append(f"tables present ({len(shards)} message shards)")
+    for table, column, definition in UPGRADES:
+        await cur.execute(
+            "SELECT 1 FROM information_schema.columns WHERE table_schema=%s "
+            "AND table_name=%s AND column_name=%s",
+            (settings.database, table, column),
+        )
+        if await cur.fetchone() is None:
+            await cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
+            done.append(f"added {table}.{column}")
+    await cur.execute(
+        "INSERT INTO im_meta (name, value) VALUES ('schema_version', %s), "
+        "('shards', %s) ON DUPLICATE KEY UPDATE value=VALUES(value)",
+        (str(SCHEMA_VERSION), str(settings.shards)),
+    )
+    return done
+
+
+async def read_map(cur: Cursor) -> list[ShardRange]:
+    """The shard map of the metadata database `cur` uses (empty: single server)."""
+    await cur.execute("SELECT lo, hi, url FROM im_shard_map ORDER BY lo")
+    return [ShardRange(int(lo), int(hi), str(url)) for lo, hi, url in await cur.fetchall()]
+
+
+async def _settle_map(
+    cur: Cursor, settings: MySQLSettings, servers: Sequence[str] | None
+) -> list[ShardRange]:
+    """The shard map after this migrate: as stored, or written from `servers` at the
+    first migrate that names them (refused once the metadata database holds
+    conversations: moving shards is `imgw db add-server`'s job)."""
+    ranges = await read_map(cur)
+    if not servers:
+        return ranges
+    want = split(settings.shards, servers)
+    if ranges:
+        if [(r.lo, r.hi, place(r.url)) for r in ranges] != [
+            (r.lo, r.hi, place(r.url)) for r in want
+        ]:
+            raise ValueError(
+                "the shard map is already set (see `imgw db status`); "
+                "change it with `imgw db add-server`"
+            )
+        # the same servers: only their read replicas (?replica=) may change
+        await cur.executemany(
+            "UPDATE im_shard_map SET url=%s WHERE lo=%s", [(r.url, r.lo) for r in want]
+        )
+        return want
+    await cur.execute("SELECT 1 FROM im_conversation LIMIT 1")
+    if await cur.fetchone() is not None:
+        raise ValueError(
+            f"database {settings.database} already holds conversations in its own shards; "
+            "move shards to another server with `imgw db add-server`"
+        )
+    await cur.executemany(
+        "INSERT INTO im_shard_map (lo, hi, url) VALUES (%s, %s, %s)",
+        [(r.lo, r.hi, r.url) for r in want],
+    )
+    return want
+
+
+async def migrate(settings: MySQLSettings, servers: Sequence[str] | None = None) -> list[str]:
+    """Create the database and tables if missing; record the schema version and shard
+    count; with `servers` (mysql:// URLs) at the first migrate, spread the shards over
+    them; create every server's shards and colocated tables. Idempotent. Returns what
+    it did, for the command's output."""
+    done: list[str] = []
+    conn = await _connect(settings)
     try:
         async with conn.cursor() as cur:
-            await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" warnings
-            await cur.execute(
-                f"CREATE DATABASE IF NOT EXISTS `{settings.database}` DEFAULT CHARACTER SET utf8mb4"
-            )
-            await cur.execute(f"USE `{settings.database}`")
-            await cur.execute("SHOW TABLES LIKE 'im\\_meta'")
-            if await cur.fetchone():
-                await cur.execute("SELECT name, value FROM im_meta")
-                meta = {k: v for k, v in await cur.fetchall()}
-                if "shards" in meta and int(meta["shards"]) != settings.shards:
-                    raise ValueError(
-                        f"database {settings.database} has {meta['shards']} message shards; "
-                        f"refusing to migrate with shards={settings.shards}"
-                    )
-                if int(meta.get("schema_version", 0)) > SCHEMA_VERSION:
-                    raise ValueError("the database schema is newer than this imgw: upgrade imgw")
-            for stmt in ddl(settings.shards):
-                await cur.execute(stmt)
-            done.append(f"tables present ({settings.shards} message shards)")
-            for table, column, definition in UPGRADES:
-                await cur.execute(
-                    "SELECT 1 FROM information_schema.columns WHERE table_schema=%s "
-                    "AND table_name=%s AND column_name=%s",
-                    (settings.database, table, column),
-                )
-                if await cur.fetchone() is None:
-                    await cur.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
-                    done.append(f"added {table}.{column}")
-            await cur.execute(
-                "INSERT INTO im_meta (name, value) VALUES ('schema_version', %s), "
-                "('shards', %s) ON DUPLICATE KEY UPDATE value=VALUES(value)",
-                (str(SCHEMA_VERSION), str(settings.shards)),
-            )
+            lines = await _create(cur, settings, [], meta=True)
+            done += lines[1:]  # columns added, if any
+            ranges = await _settle_map(cur, settings, servers)
+            if not ranges:  # a single server: every shard in the metadata database
+                lines = await _create(cur, settings, range(settings.shards), meta=True)
+                return done + lines[:1]
+            owner = owners(ranges, settings.shards)
+            for url in dict.fromkeys(owner):
+                s = server_settings(settings, url)
+                mine = [i for i, u in enumerate(owner) if u == url]
+                where = f"{s.host}:{s.port}/{s.database}"
+                if same_place(s, settings):
+                    lines = await _create(cur, settings, mine, meta=True)
+                else:
+                    lines = await _create_on(s, mine)
+                done += [f"{where}: {line}" for line in lines]
     finally:
         conn.close()
     return done
+
+
+async def _create_on(settings: MySQLSettings, shards: Sequence[int]) -> list[str]:
+    conn = await _connect(settings)
+    try:
+        async with conn.cursor() as cur:
+            return await _create(cur, settings, shards, meta=False)
+    finally:
+        conn.close()
+
+
+async def status(settings: MySQLSettings) -> tuple[list[str], bool]:
+    """`imgw db status`: the metadata database's schema and shard count, and the shard
+    map with, for each server, whether it answers and holds its shard tables. The
+    lines to print, and whether everything is in place."""
+    conn = await _connect(settings)
+    try:
+        async with conn.cursor() as cur:
+            try:
+                await cur.execute(f"USE `{settings.database}`")
+                await cur.execute("SELECT name, value FROM im_meta")
+            except db_errors.MySQLError as e:
+                raise ValueError(
+                    f"{settings.database}: no imgw schema ({e}); run `imgw db migrate`"
+                ) from e
+            meta = {str(k): str(v) for k, v in await cur.fetchall()}
+            shards = int(meta.get("shards", settings.shards))
+            version = int(meta.get("schema_version", 0))
+            ranges = await read_map(cur) if version >= 4 else []
+    finally:
+        conn.close()
+    here = f"{settings.host}:{settings.port}/{settings.database}"
+    lines = [f"metadata database {here}: schema {version}, {shards} message shards"]
+    ok = version == SCHEMA_VERSION
+    if not ok:
+        lines.append(f"  schema {version} is not this imgw's ({SCHEMA_VERSION}): run migrate")
+    if not ranges:
+        lines.append("shard map: none (every shard in the metadata database)")
+        ranges = [ShardRange(0, shards - 1, "")]
+    else:
+        lines.append("shard map:")
+    settings = dataclasses.replace(settings, shards=shards)
+    for r in ranges:
+        s = server_settings(settings, r.url) if r.url else settings
+        where = masked(r.url) if r.url else f"mysql://{here}"
+        if same_place(s, settings):
+            where += " (metadata database)"
+        state = await _server_state(s, range(r.lo, r.hi + 1))
+        ok = ok and state.startswith("ok")
+        lines.append(f"  {r.lo:04d}-{r.hi:04d}  {where}  {state}")
+    return lines, ok
+
+
+async def _server_state(settings: MySQLSettings, shards: Sequence[int]) -> str:
+    try:
+        conn = await _connect(settings)
+    except StoreUnavailable as e:
+        return f"UNREACHABLE: {e}"
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema=%s",
+                (settings.database,),
+            )
+            tables = {str(t) for (t,) in await cur.fetchall()}
+    finally:
+        conn.close()
+    present = sum(message_table(i) in tables for i in shards)
+    missing = len(shards) - present
+    if missing:
+        return f"MISSING {missing} of {len(shards)} shard tables: run `imgw db migrate`"
+    return f"ok, {present} shard tables"

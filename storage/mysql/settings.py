@@ -19,10 +19,14 @@ class MySQLSettings:
     shards: int = DEFAULT_SHARDS
     pool: int = 10
     timeout_s: float = 5.0  # per operation, then StoreUnavailable
+    # A read replica of this server (a mysql:// URL; user and password default to this
+    # URL's): PULL and HISTORY pages may come from it (storage/mysql/store.py).
+    replica: str = ""
 
     @classmethod
     def from_url(cls, url: str) -> MySQLSettings:
-        """`mysql://user:password@host:port/database?shards=16&pool=10&timeout=5`."""
+        """`mysql://user:password@host:port/database?shards=16&pool=10&timeout=5`
+        (`&replica=mysql://host:port/database`: a read replica)."""
         parts = urlsplit(url)
         if parts.scheme != "mysql":
             raise ValueError(f"not a mysql:// URL: {url!r}")
@@ -38,11 +42,14 @@ class MySQLSettings:
                 shards=int(opts.pop("shards", DEFAULT_SHARDS)),
                 pool=int(opts.pop("pool", 10)),
                 timeout_s=float(opts.pop("timeout", 5.0)),
+                replica=opts.pop("replica", ""),
             )
         except ValueError as e:
             raise ValueError(f"bad option in {url!r}: {e}") from e
         if opts:
             raise ValueError(f"unknown mysql options {sorted(opts)} in {url!r}")
+        if settings.replica and not settings.replica.startswith("mysql://"):
+            raise ValueError(f"replica must be a mysql:// URL in {url!r}")
         if not 1 <= settings.shards <= 1024:
             raise ValueError("shards must be 1..1024")
         return settings

@@ -9,7 +9,16 @@ puts the Redis accelerator in front of it. Its parts, in storage/mysql/:
   the COMMIT watch and fence);
 - append.py: the group commit of a send batch (seqs under the seq row lock; see there);
 - sync.py: SYNC pages, coalesced per event-loop iteration;
-- sql.py: SQL text built from literals; outbox.py: the transactional outbox.
+- sql.py: SQL text built from literals; outbox.py: the transactional outbox;
+- shardmap.py: which server holds which message shards.
+
+With a shard map (several servers), every row a send's commit depends on lives on the
+server of the conversation's shard: its messages, seq row, member rows, idempotency
+records, delivered cursors, the outbox rows of its commits, and a copy of its
+conversation row. The metadata database keeps the map, conv_id allocation (and p2p
+uniqueness) and the node leases. A conversation's operations go to its server; a
+user's (SYNC, counts) ask every server at once and merge. A send batch spanning servers
+is one transaction per server, committed concurrently (docs/decisions.md).
 
 Seqs within a conversation follow commit order exactly (the original design's Redis-leased blocks
 cannot give that across workers: two workers holding seqs 5 and 6 may commit 6 first;
@@ -18,9 +27,13 @@ see docs/decisions.md).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Sequence
-from typing import Final
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeVar
 
 import msgpack
 from asyncmy import errors as db_errors
@@ -29,7 +42,9 @@ from protocol.ops import ConvKind, MsgType
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change
 from storage.models import (
+    AppendFailed,
     AppendResult,
+    AppendStatus,
     Conversation,
     Membership,
     MembershipChange,
@@ -42,16 +57,53 @@ from storage.models import (
     SystemEvent,
 )
 from storage.mysql import sql
-from storage.mysql.append import GroupCommit, find_sent_in
-from storage.mysql.outbox import MySQLOutbox
-from storage.mysql.schema import SCHEMA_VERSION, message_table
+from storage.mysql.append import GroupCommit, load_sent
+from storage.mysql.outbox import MySQLOutbox, ShardedOutbox
+from storage.mysql.schema import SCHEMA_VERSION, message_table, read_map
 from storage.mysql.settings import MySQLSettings
+from storage.mysql.shardmap import (
+    ShardRange,
+    owners,
+    replica_settings,
+    same_place,
+    server_settings,
+)
 from storage.mysql.sync import SyncBatcher
 from storage.mysql.transactions import Cursor, Row, Transactions, rowcount
-from storage.rules import RecallTarget, recall_content, recall_refusal
+from storage.rules import (
+    RecallTarget,
+    SendKey,
+    recall_content,
+    recall_refusal,
+    reused_elsewhere,
+)
 from storage.snowflake import Snowflake
 
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
+MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
+REPLICA_PAUSE_S: Final = 10.0  # after a replica failed, pages come from the primary
+REUSE_CHECK_S: Final = 0.5  # how long a send batch waits for a server's key reuse check
+T = TypeVar("T")
+R = TypeVar("R", bound=tuple[int, ...] | tuple[int, int, str, int, int])
+
+
+@dataclass(slots=True)
+class _Server:
+    """One server holding message shards, with what runs on it."""
+
+    db: Transactions
+    appends: GroupCommit
+    syncs: SyncBatcher
+    outbox: MySQLOutbox
+    replica: Transactions | None = None  # its read replica, for PULL/HISTORY pages
+    replica_paused_until: float = 0.0  # monotonic: after a failure, the primary answers
+    check_paused_until: float = 0.0  # monotonic: after a failed key reuse check
+
+
+def _retrieved(task: asyncio.Future[list[Row]]) -> None:
+    """Take a left-out task's outcome, so that its exception is not reported."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _now_ms() -> int:
@@ -76,12 +128,32 @@ class MySQLStore:
         self._outbox = MySQLOutbox(self._db, clock)
         self._syncs = SyncBatcher(self._db, self.shard_of)
         self._appends = GroupCommit(self._db, self.shard_of, self._ids, clock, self._outbox)
+        # The metadata database's server; with no shard map, the only one.
+        self._home = _Server(self._db, self._appends, self._syncs, self._outbox)
+        replica = replica_settings(settings)
+        if replica is not None:
+            self._home.replica = Transactions(replica)
+        self.replica_reads = 0  # pages read from a replica; refused as lagging; failed
+        self.replica_lagging = 0
+        self.reuse_check_failures = 0  # servers that missed a batch's key reuse check
+        self.replica_failures = 0
+        self._servers = [self._home]  # every server holding shards (from the map)
+        self._server_of: list[_Server] = []  # per shard; empty: all on _home
+        self.shard_map: list[ShardRange] = []  # as read at start (empty: single server)
+        self._by_url: dict[str, _Server] = {}  # every server used since start
+        # The outbox over every server; one server: exactly the MySQLOutbox's calls.
+        self._sharded_outbox = ShardedOutbox(self._outbox, [self._outbox])
+        self._watcher: asyncio.Task[None] | None = None
+        self.map_errors = 0  # failed reads of the shard map, and the last one's error
+        self.last_map_error = ""
 
     # -- lifecycle ---------------------------------------------------------------------
 
     async def start(self) -> None:
         s = self.settings
         await self._db.open()
+        if self._home.replica is not None:
+            await self._home.replica.open(lazy=True)
 
         async def inspect(cur: Cursor) -> None:
             await cur.execute("SELECT value FROM im_meta WHERE name='shards'")
@@ -103,6 +175,7 @@ class MySQLStore:
                 "'innodb_doublewrite', 'version')"
             )
             self._durability = {k: str(v) for k, v in await cur.fetchall()}
+            self.shard_map = await read_map(cur)
 
         try:
             await self._run(inspect, tx=False)
@@ -110,8 +183,72 @@ class MySQLStore:
             raise StoreUnavailable(
                 f"database {s.database} has no imgw schema ({e}): run `imgw db migrate`"
             ) from e
+        if self.shard_map:
+            await self._apply_map(self.shard_map)
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_map())
+
+    async def _apply_map(self, ranges: Sequence[ShardRange]) -> None:
+        """Route by `ranges` from now on: a pool per server of the map (the metadata
+        database's own, when it holds shards too), kept until the store closes. A
+        server that does not answer now is tried again at each use: its conversations
+        are unavailable, the others are not. An empty map: every shard at home."""
+        if not ranges:
+            self._server_of, self._servers = [], [self._home]
+        else:
+            owner = owners(ranges, self._shards)
+            for url in dict.fromkeys(owner):
+                if url not in self._by_url:
+                    self._by_url[url] = await self._server_at(url)
+            self._server_of = [self._by_url[u] for u in owner]
+            self._servers = list({id(x): x for x in self._server_of}.values())
+        self.shard_map = list(ranges)
+        self._sharded_outbox.use([x.outbox for x in self._servers])
+
+    async def _server_at(self, url: str) -> _Server:
+        settings = server_settings(self.settings, url)
+        replica_at = replica_settings(settings)
+        home = same_place(settings, self.settings)
+        if home and self._home.replica is not None:
+            replica_at = None  # the one --store names wins
+        replica = None if replica_at is None else Transactions(replica_at)
+        if replica is not None:
+            await replica.open(lazy=True)
+        if home:
+            if replica is not None:
+                self._home.replica = replica  # the map names the home server's replica
+            return self._home
+        db = Transactions(settings)
+        await db.open(lazy=True)
+        outbox = MySQLOutbox(db, self._clock)
+        outbox.record_for(self._outbox.node)  # "" unless a node records its fan-out
+        appends = GroupCommit(db, self.shard_of, self._ids, self._clock, outbox)
+        return _Server(db, appends, SyncBatcher(db, self.shard_of), outbox, replica)
+
+    async def _watch_map(self) -> None:
+        """Follow the shard map (`imgw db add-server` changes it with the gateways
+        running): read it every MAP_POLL_S, one small query to the metadata
+        database."""
+        while True:
+            await asyncio.sleep(MAP_POLL_S)
+            try:
+                ranges = await self._db.run(read_map, tx=False)
+                if ranges != self.shard_map:
+                    await self._apply_map(ranges)
+            except Exception as e:  # retried at the next poll
+                self.map_errors += 1
+                self.last_map_error = repr(e)
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        for server in {id(x): x for x in [self._home, *self._by_url.values()]}.values():
+            if server is not self._home:
+                await server.db.close()
+            if server.replica is not None:
+                await server.replica.close()
         await self._db.close()
 
     def now_ms(self) -> int:
@@ -119,6 +256,31 @@ class MySQLStore:
 
     async def maintain(self) -> None:
         await self.prune_dedup()
+
+    async def _split(
+        self, rows: Sequence[R], write: Callable[[Transactions, Sequence[R]], Awaitable[None]]
+    ) -> None:
+        """`write` each server's part of `rows` (each row's first value is a conv_id)
+        on that server, all at once."""
+        parts: dict[int, list[R]] = defaultdict(list)
+        dbs: dict[int, Transactions] = {}
+        for r in rows:
+            server = self._at(r[0])
+            parts[id(server)].append(r)
+            dbs[id(server)] = server.db
+        await asyncio.gather(*(write(dbs[k], part) for k, part in parts.items()))
+
+    def _at(self, conv_id: int) -> _Server:
+        """The server holding conversation `conv_id`'s rows."""
+        if not self._server_of:
+            return self._home
+        return self._server_of[conv_id % self._shards]
+
+    async def _each(self, fn: Callable[[_Server], Awaitable[T]]) -> list[T]:
+        """`fn` on every server holding shards, at once (one: just that)."""
+        if len(self._servers) == 1:
+            return [await fn(self._servers[0])]
+        return list(await asyncio.gather(*(fn(x) for x in self._servers)))
 
     async def prune_dedup(self, *, keep_ms: int = DEDUP_KEEP_MS, limit: int = 10_000) -> int:
         """Delete idempotency records older than `keep_ms` (48 h: the protocol promises
@@ -132,13 +294,14 @@ class MySQLStore:
             )
             return rowcount(cur)
 
-        return await self._run(body)
+        return sum(await self._each(lambda x: x.db.run(body)))
 
     def durability(self) -> dict[str, str]:
         return {"engine": "mysql", **self._durability}
 
-    def outbox(self) -> MySQLOutbox:
-        return self._outbox
+    def outbox(self) -> ShardedOutbox:
+        """The outbox, over every server of the shard map as it changes."""
+        return self._sharded_outbox
 
     def shard_of(self, conv_id: int) -> str:
         return message_table(conv_id % self._shards)
@@ -191,7 +354,7 @@ class MySQLStore:
                 return None
             return Conversation(int(row[0]), int(row[1]), row[2], int(row[3]), int(row[4]))
 
-        return await self._run(q, tx=False)
+        return await self._at(conv_id).db.run(q, tx=False)
 
     async def member_rows(self, conv_id: int) -> tuple[int, list[Membership]]:
         """All member rows (current and former) in join order, with the conversation's
@@ -212,7 +375,7 @@ class MySQLStore:
             )
             return version, rows
 
-        return await self._run(q, tx=False)
+        return await self._at(conv_id).db.run(q, tx=False)
 
     async def get_membership(self, conv_id: int, uid: int) -> Membership | None:
         async def q(cur: Cursor) -> Membership | None:
@@ -225,7 +388,7 @@ class MySQLStore:
                 return None
             return Membership(conv_id, uid, int(row[0]), None if row[1] is None else int(row[1]))
 
-        return await self._run(q, tx=False)
+        return await self._at(conv_id).db.run(q, tx=False)
 
     async def member_uids(self, conv_id: int) -> list[int]:
         _, rows = await self.member_rows(conv_id)
@@ -246,14 +409,19 @@ class MySQLStore:
 
     async def open_p2p(self, a: int, b: int) -> int:
         lo, hi = min(a, b), max(a, b)
+        remote: list[int] = []  # created_ms, when the conversation's server is another
 
         async def body(cur: Cursor) -> int:
+            remote.clear()
             await cur.execute(
-                "SELECT conv_id FROM im_conversation WHERE kind=%s AND p2p_lo=%s AND p2p_hi=%s",
+                "SELECT conv_id, created_ms FROM im_conversation "
+                "WHERE kind=%s AND p2p_lo=%s AND p2p_hi=%s",
                 (ConvKind.P2P, lo, hi),
             )
             row = await cur.fetchone()
             if row is not None:
+                if self._at(int(row[0])) is not self._home:
+                    remote.append(int(row[1]))
                 return int(row[0])
             # A concurrent first open of the same pair makes this INSERT fail with a
             # duplicate key; the transaction is retried and then finds the row.
@@ -264,33 +432,60 @@ class MySQLStore:
                 (ConvKind.P2P, lo, hi, now),
             )
             conv_id = int(cur.lastrowid)
-            await cur.execute(
-                "INSERT INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
-                "VALUES (%s,0,0,%s)",
-                (conv_id, now),
-            )
-            await cur.execute(
-                "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
-                "updated_ms) VALUES (%s,%s,0,1,0,%s), (%s,%s,1,1,0,%s)",
-                (conv_id, lo, now, conv_id, hi, now),
-            )
+            if self._at(conv_id) is not self._home:
+                remote.append(now)
+                return conv_id
+            await self._p2p_rows(cur, conv_id, lo, hi, now)
             return conv_id
 
-        return await self._run(body)
+        conv_id = await self._run(body)
+        if remote:
+            await self._ensure_remote_p2p(conv_id, lo, hi, remote[0])
+        return conv_id
+
+    async def _p2p_rows(
+        self, cur: Cursor, conv_id: int, lo: int, hi: int, now: int, *, ignore: str = ""
+    ) -> None:
+        await cur.execute(
+            f"INSERT {ignore}INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
+            "VALUES (%s,0,0,%s)",
+            (conv_id, now),
+        )
+        await cur.execute(
+            f"INSERT {ignore}INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
+            "updated_ms) VALUES (%s,%s,0,1,0,%s), (%s,%s,1,1,0,%s)",
+            (conv_id, lo, now, conv_id, hi, now),
+        )
+
+    async def _ensure_remote_p2p(self, conv_id: int, lo: int, hi: int, created_ms: int) -> None:
+        """The rows of a p2p conversation on its own server (not the metadata
+        database's), created if missing: a first open that failed after allocating the
+        conv_id left none, and the next open completes it."""
+        run = self._at(conv_id).db.run
+
+        async def present(cur: Cursor) -> bool:
+            await cur.execute(f"SELECT 1 FROM im_conv_seq WHERE conv_id={int(conv_id)}")
+            return await cur.fetchone() is not None
+
+        if await run(present, tx=False):
+            return
+
+        async def create(cur: Cursor) -> None:
+            await cur.execute(
+                "INSERT IGNORE INTO im_conversation (conv_id, kind, p2p_lo, p2p_hi, created_ms) "
+                "VALUES (%s,%s,%s,%s,%s)",
+                (conv_id, ConvKind.P2P, lo, hi, created_ms),
+            )
+            await self._p2p_rows(cur, conv_id, lo, hi, created_ms, ignore="IGNORE ")
+
+        await run(create)
 
     async def create_group(
         self, owner: int, title: str, uids: Sequence[int]
     ) -> tuple[int, StoredMessage]:
         members = list(dict.fromkeys([owner, *uids]))
 
-        async def body(cur: Cursor) -> tuple[int, StoredMessage]:
-            now = self._clock()
-            await cur.execute(
-                "INSERT INTO im_conversation (kind, title, owner_uid, created_ms) "
-                "VALUES (%s,%s,%s,%s)",
-                (ConvKind.GROUP, title, owner, now),
-            )
-            conv_id = int(cur.lastrowid)
+        async def group_rows(cur: Cursor, conv_id: int, now: int) -> StoredMessage:
             event: SystemEvent = {"event": "created", "by": owner, "uids": members, "title": title}
             msg = await self._system(cur, conv_id, event, now, new=True)
             values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(members))
@@ -302,9 +497,36 @@ class MySQLStore:
                 f"updated_ms) VALUES {values}",
                 params,
             )
+            return msg
+
+        async def body(cur: Cursor) -> tuple[int, int, StoredMessage | None]:
+            now = self._clock()
+            await cur.execute(
+                "INSERT INTO im_conversation (kind, title, owner_uid, created_ms) "
+                "VALUES (%s,%s,%s,%s)",
+                (ConvKind.GROUP, title, owner, now),
+            )
+            conv_id = int(cur.lastrowid)
+            if self._at(conv_id) is not self._home:
+                return conv_id, now, None  # its rows go to its own server, below
+            return conv_id, now, await group_rows(cur, conv_id, now)
+
+        conv_id, now, msg = await self._run(body)
+        if msg is not None:
             return conv_id, msg
 
-        return await self._run(body)
+        # On another server: the conversation row's copy there (the one membership
+        # changes lock and update), then its seq, members and first message. If this
+        # fails, the allocated conv_id stays unused (no members: nobody sees it).
+        async def remote(cur: Cursor) -> StoredMessage:
+            await cur.execute(
+                "INSERT INTO im_conversation (conv_id, kind, title, owner_uid, created_ms) "
+                "VALUES (%s,%s,%s,%s,%s)",
+                (conv_id, ConvKind.GROUP, title, owner, now),
+            )
+            return await group_rows(cur, conv_id, now)
+
+        return conv_id, await self._at(conv_id).db.run(remote)
 
     async def change_members(
         self,
@@ -360,7 +582,7 @@ class MySQLStore:
                 )
             return MembershipChange(out, plan.owner)
 
-        return await self._run(body)
+        return await self._at(conv_id).db.run(body)
 
     async def set_title(self, conv_id: int, by: int, title: str) -> StoredMessage | None:
         if conv_id >= 1 << 63:
@@ -387,14 +609,95 @@ class MySQLStore:
     # -- messages ------------------------------------------------------------------------
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
-        return await self._appends.append(batch)
+        """The group commit (storage/mysql/append.py); with several servers,
+        `_append_spread`."""
+        if not self._server_of:
+            return await self._appends.append(batch)
+        return await self._append_spread(batch)
+
+    async def _append_spread(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
+        """A batch spanning servers is one transaction per server, committed at once:
+        each message's answer follows its own server's commit, and a server that fails
+        answers FAILED for its messages only (all of a message's state is on its server:
+        it is stored there or not). First, one query to every server for the batch's
+        idempotency keys: a key used for another conversation is CONFLICT (each server's
+        commit only sees its own records)."""
+        results: list[AppendResult | None] = [None] * len(batch)
+        if len(self._servers) > 1:
+            for i in await self._reused(batch):
+                results[i] = AppendResult(AppendStatus.CONFLICT)
+        parts: dict[int, list[int]] = defaultdict(list)  # id(server) -> batch positions
+        servers: dict[int, _Server] = {}
+        for i, m in enumerate(batch):
+            if results[i] is None:
+                server = self._at(m.conv_id)
+                parts[id(server)].append(i)
+                servers[id(server)] = server
+        if len(parts) == 1 and len(next(iter(parts.values()))) == len(batch):
+            return await next(iter(servers.values())).appends.append(batch)
+        outcomes = await asyncio.gather(
+            *(servers[k].appends.append([batch[i] for i in idx]) for k, idx in parts.items()),
+            return_exceptions=True,
+        )
+        for idx, outcome in zip(parts.values(), outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                for i in idx:  # the caller raises it for these messages alone
+                    results[i] = AppendFailed(AppendStatus.FAILED, error=outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                for i, r in zip(idx, outcome, strict=True):
+                    results[i] = r
+        return [r for r in results if r is not None]
+
+    async def _reused(self, batch: Sequence[NewMessage]) -> list[int]:
+        """The positions of `batch` whose key was used for another conversation
+        (storage.rules.reused_elsewhere), from every server's idempotency records at
+        once. Best effort, so that a server in trouble does not hold up the others'
+        sends: a server that fails or has not answered within REUSE_CHECK_S is left out
+        and not asked again for REPLICA_PAUSE_S (counted in `reuse_check_failures`);
+        and two concurrent first sends of one key to conversations on two servers may
+        both be stored (docs/decisions.md)."""
+        keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
+
+        async def q(cur: Cursor) -> list[Row]:
+            await cur.execute(sql.find_sent(keys))
+            return list(await cur.fetchall())
+
+        now = time.monotonic()
+        asked = [x for x in self._servers if now >= x.check_paused_until]
+        tasks = [asyncio.ensure_future(x.db.run(q, tx=False)) for x in asked]
+        if tasks:
+            await asyncio.wait(tasks, timeout=REUSE_CHECK_S)
+        recorded: dict[SendKey, set[int]] = defaultdict(set)
+        for server, task in zip(asked, tasks, strict=True):
+            if not task.done() or task.cancelled() or task.exception() is not None:
+                task.add_done_callback(_retrieved)  # a straggler ends on its own timeout
+                server.check_paused_until = now + REPLICA_PAUSE_S
+                self.reuse_check_failures += 1
+                continue
+            for sender, cmid, conv_id, _ in task.result():
+                recorded[(int(sender), bytes(cmid).decode())].add(int(conv_id))
+        return reused_elsewhere(batch, recorded, self._at)
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
-        async def q(cur: Cursor) -> StoredMessage | None:
-            found = await find_sent_in(cur, [(sender_uid, client_msg_id)], self.shard_of)
-            return found.get((sender_uid, client_msg_id))
+        """The idempotency record of a send: on the server of its conversation, which
+        the key does not say, so every server is asked. A record is taken only from the
+        server that holds its conversation now (a move leaves a copy on the old server
+        for a grace period, next to a renamed message table)."""
+        key = (sender_uid, client_msg_id)
 
-        msg = await self._run(q, tx=False)
+        async def on(server: _Server) -> StoredMessage | None:
+            async def q(cur: Cursor) -> StoredMessage | None:
+                await cur.execute(sql.find_sent([key]))
+                rows = [r for r in await cur.fetchall() if self._at(int(r[2])) is server]
+                found = await load_sent(cur, rows, self.shard_of) if rows else {}
+                return found.get(key)
+
+            return await server.db.run(q, tx=False)
+
+        found = await self._each(on)
+        msg = next((m for m in found if m is not None), None)
         return None if msg is None else SentRecord.of(msg)
 
     async def read_after(
@@ -411,7 +714,11 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._run(q, tx=False)
+        server = self._at(conv_id)
+        if server.replica is None:  # no read replica: the old path, no extra await
+            rows = await server.db.run(q, tx=False)
+        else:
+            rows = await self._page(server, conv_id, q)
         return [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
 
     async def read_before(
@@ -429,8 +736,45 @@ class MySQLStore:
             )
             return list(await cur.fetchall())
 
-        rows = await self._run(q, tx=False)
+        server = self._at(conv_id)
+        if server.replica is None:  # no read replica: the old path, no extra await
+            rows = await server.db.run(q, tx=False)
+        else:
+            rows = await self._page(server, conv_id, q)
         return [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
+
+    async def _page(
+        self, server: _Server, conv_id: int, q: Callable[[Cursor], Awaitable[list[Row]]]
+    ) -> list[Row]:
+        """A PULL/HISTORY page: from the server's read replica when it has one and has
+        applied every commit of the conversation the primary had when the page was
+        asked for (its `im_conv_seq.max_seq` is at least the primary's: commits apply
+        in order, so it then holds every message and recall up to there); else, or when
+        the replica fails (it is then left alone for REPLICA_PAUSE_S), from the
+        primary. Costs one primary-key read on the primary; the rows come from the
+        replica."""
+        replica = server.replica
+        if replica is not None and time.monotonic() >= server.replica_paused_until:
+            committed, _ = await server.db.run(self._bounds_q(conv_id), tx=False)
+
+            async def caught_up(cur: Cursor) -> list[Row] | None:
+                await cur.execute(f"SELECT max_seq FROM im_conv_seq WHERE conv_id={int(conv_id)}")
+                row = await cur.fetchone()
+                if row is None or int(row[0]) < committed:
+                    return None
+                return await q(cur)
+
+            try:
+                rows = await replica.run(caught_up, tx=False)
+            except StoreUnavailable:
+                server.replica_paused_until = time.monotonic() + REPLICA_PAUSE_S
+                self.replica_failures += 1
+            else:
+                if rows is not None:
+                    self.replica_reads += 1
+                    return rows
+                self.replica_lagging += 1
+        return await server.db.run(q, tx=False)
 
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int
@@ -468,7 +812,7 @@ class MySQLStore:
             )
             return RecallResult(RecallStatus.RECALLED, msg.seq, msg)
 
-        return await self._run(body)
+        return await self._at(conv_id).db.run(body)
 
     # -- positions and sync ----------------------------------------------------------------
 
@@ -478,12 +822,15 @@ class MySQLStore:
             row = await cur.fetchone()
             return int(row[0]) if row else 0
 
-        return await self._run(q, tx=False)
+        return await self._at(conv_id).db.run(q, tx=False)
 
     async def seq_bounds(self, conv_id: int) -> tuple[int, int]:
         """(committed max seq, highest recalled seq) of a conversation: one primary-key
         read."""
+        return await self._at(conv_id).db.run(self._bounds_q(conv_id), tx=False)
 
+    @staticmethod
+    def _bounds_q(conv_id: int) -> Callable[[Cursor], Awaitable[tuple[int, int]]]:
         async def q(cur: Cursor) -> tuple[int, int]:
             await cur.execute(
                 f"SELECT max_seq, recalled_seq FROM im_conv_seq WHERE conv_id={int(conv_id)}"
@@ -491,7 +838,7 @@ class MySQLStore:
             row = await cur.fetchone()
             return (int(row[0]), int(row[1])) if row else (0, 0)
 
-        return await self._run(q, tx=False)
+        return q
 
     async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
         async def body(cur: Cursor) -> int | None:
@@ -505,14 +852,21 @@ class MySQLStore:
             )
             return target if rowcount(cur) else None
 
-        return await self._run(body)
+        return await self._at(conv_id).db.run(body)
 
     async def flush_reads(self, reads: Sequence[tuple[int, int, int, int]]) -> None:
         """Upsert read positions (conv_id, uid, seq, changed_ms) kept first in Redis; a
         position never moves back."""
         if not reads:
             return
+        if not self._server_of:
+            await self._flush_reads(self._db, reads)
+        else:
+            await self._split(reads, self._flush_reads)
 
+    async def _flush_reads(
+        self, db: Transactions, reads: Sequence[tuple[int, int, int, int]]
+    ) -> None:
         async def body(cur: Cursor) -> None:
             values = ",".join(["(%s,%s,0,0,%s,%s)"] * len(reads))
             params: list[int] = []
@@ -526,14 +880,21 @@ class MySQLStore:
                 params,
             )
 
-        await self._run(body)
+        await db.run(body)
 
     async def flush_delivered(self, cursors: Sequence[tuple[int, int, str, int, int]]) -> None:
         """Upsert delivered cursors (conv_id, uid, device, seq, changed_ms) in one
         statement; a cursor never moves back."""
         if not cursors:
             return
+        if not self._server_of:
+            await self._flush_delivered(self._db, cursors)
+        else:
+            await self._split(cursors, self._flush_delivered)
 
+    async def _flush_delivered(
+        self, db: Transactions, cursors: Sequence[tuple[int, int, str, int, int]]
+    ) -> None:
         async def body(cur: Cursor) -> None:
             values = ",".join(["(%s,%s,%s,%s,%s)"] * len(cursors))
             params: list[int | str] = []
@@ -547,7 +908,7 @@ class MySQLStore:
                 params,
             )
 
-        await self._run(body)
+        await db.run(body)
 
     async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
         async def body(cur: Cursor) -> int | None:
@@ -566,7 +927,7 @@ class MySQLStore:
             # rowcount: 1 inserted, 2 updated, 0 unchanged
             return target if rowcount(cur) else None
 
-        return await self._run(body)
+        return await self._at(conv_id).db.run(body)
 
     async def sync(
         self,
@@ -578,10 +939,26 @@ class MySQLStore:
         limit: int,
     ) -> SyncPage:
         """One page of the user's conversations changed since `changed_since_ms`. The
-        SYNCs asked for in one event-loop iteration share round trips (storage/mysql/sync.py)."""
-        return await self._syncs.ask(
-            uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
+        SYNCs asked for in one event-loop iteration share round trips (storage/mysql/sync.py).
+        With several servers each answers a page of its own conversations, at once, and
+        the pages merge in the page order (last active, then conv_id, descending): each
+        server's first `limit` rows hold every one of its rows the merged page can
+        need."""
+        if len(self._servers) == 1:
+            return await self._syncs.ask(
+                uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
+            )
+        pages = await self._each(
+            lambda x: x.syncs.ask(
+                uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
+            )
         )
+        rows = sorted(
+            (r for p in pages for r in p.rows),
+            key=lambda r: (r.last_active_ms, r.conv_id),
+            reverse=True,
+        )
+        return SyncPage(rows[:limit], len(rows) > limit or any(p.has_more for p in pages))
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
         if not uids:
@@ -595,7 +972,11 @@ class MySQLStore:
             )
             return {int(u): int(n) for u, n in await cur.fetchall()}
 
-        return await self._run(q, tx=False)
+        counts: dict[int, int] = defaultdict(int)
+        for part in await self._each(lambda x: x.db.run(q, tx=False)):
+            for u, n in part.items():
+                counts[u] += n
+        return dict(counts)
 
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
         if not others:
@@ -613,4 +994,5 @@ class MySQLStore:
             )
             return {int(r[0]) for r in await cur.fetchall()}
 
-        return await self._run(q, tx=False)
+        # a conversation's member and conversation rows are all on its server
+        return set().union(*await self._each(lambda x: x.db.run(q, tx=False)))

@@ -31,6 +31,7 @@ __all__ = ["CommitWatch", "Cursor", "Row", "Transactions", "next_rows", "rowcoun
 _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
 _MAX_ATTEMPTS: Final = 4
 _UNKNOWN_THREAD: Final = 1094  # KILL of a connection id the server no longer has
+_NO_SUCH_TABLE: Final = 1146
 
 
 @dataclass(slots=True)
@@ -61,8 +62,20 @@ class Transactions:
     def __init__(self, settings: MySQLSettings) -> None:
         self.settings = settings
         self._pool: Pool | None = None
+        self._lazy = False  # open(lazy=True): a failed open is retried at the next use
+        self._opening = asyncio.Lock()
 
-    async def open(self) -> None:
+    async def open(self, *, lazy: bool = False) -> None:
+        """Open the pool. `lazy`: a server that does not answer now is tried again by
+        the next operation (a shard server down must not stop a gateway's start)."""
+        self._lazy = lazy
+        try:
+            await self._open()
+        except StoreUnavailable:
+            if not lazy:
+                raise
+
+    async def _open(self) -> None:
         s = self.settings
         try:
             self._pool = await asyncio.wait_for(
@@ -85,6 +98,7 @@ class Transactions:
             ) from e
 
     async def close(self) -> None:
+        self._lazy = False
         if self._pool is not None:
             self._pool.close()
             await self._pool.wait_closed()
@@ -92,6 +106,11 @@ class Transactions:
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[Connection]:
         pool = self._pool
+        if pool is None and self._lazy:
+            async with self._opening:
+                if self._pool is None:
+                    await self._open()
+            pool = self._pool
         if pool is None:
             raise StoreUnavailable("MySQL store not started")
         try:
@@ -149,6 +168,10 @@ class Transactions:
                 if errno in _RETRY_ERRNOS and attempt + 1 < _MAX_ATTEMPTS:
                     await asyncio.sleep(0.002 * (attempt + 1))
                     continue
+                if errno == _NO_SUCH_TABLE and "im_message_" in str(e):
+                    # a shard being moved to another server (`imgw db add-server`
+                    # renamed it here); the store follows the new map within a second
+                    raise StoreUnavailable(f"MySQL: message shard moving: {e}") from e
                 if isinstance(e, db_errors.OperationalError | db_errors.InterfaceError):
                     await self._forget_idle_connections()
                     raise StoreUnavailable(f"MySQL: {e}") from e

@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-import redis.asyncio as aioredis
-
-from storage.redis.connect import check_prefix
+from storage.redis.connect import Client, check_prefix
 from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import ScriptCall, run_pipelined
 
@@ -41,7 +39,7 @@ KEEP_MS: Final = 60_000  # past a full refill: an absent key is a full bucket an
 
 
 class RedisRateBudgets:
-    def __init__(self, client: aioredis.Redis, *, prefix: str = "") -> None:
+    def __init__(self, client: Client, *, prefix: str = "") -> None:
         self._client = client
         self._limit = op_timeout(client)
         self._prefix = check_prefix(prefix)

@@ -31,11 +31,10 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 import msgpack
-import redis.asyncio as aioredis
 
 from storage.errors import CacheUnavailable
 from storage.models import SentRecord
-from storage.redis.connect import check_prefix
+from storage.redis.connect import Client, check_prefix
 from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT
 
@@ -132,7 +131,7 @@ class RedisCache:
     """The accelerator (see the module docstring for the keys). Every method raises
     `CacheUnavailable` on Redis trouble, except `ping`, which answers False."""
 
-    def __init__(self, client: aioredis.Redis, *, prefix: str = ""):
+    def __init__(self, client: Client, *, prefix: str = ""):
         self._client = client
         self._limit = op_timeout(client)
         self._prefix = check_prefix(prefix)

@@ -5,7 +5,9 @@ which bounds it as a whole (one timer per operation: redis-py's own per-reply ti
 per command of a pipeline, cost 6 % of a worker's CPU at 4,000 msg/s). Connection refused
 or reset, the timeout, READONLY replicas, LOADING after a restart and any other
 `redis.exceptions.RedisError` (or `OSError` from the socket layer) leave the adapter as
-`CacheUnavailable`, with the original chained as `__cause__`. Callers decide what degrades.
+`CacheUnavailable`, as do the cluster client's own errors (no node for a slot, a cluster
+still reconfiguring after its redirections were followed), with the original chained as
+`__cause__`. Callers decide what degrades.
 A command cut off by the timeout closes its connection (redis-py drops a connection whose
 reply was not read), so no later command reads a stale reply. `asyncio.CancelledError`
 from outside is not an `Exception` and always passes through.
@@ -17,16 +19,20 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from storage.errors import CacheUnavailable
-from storage.redis.connect import DEFAULT_TIMEOUT_S
+from storage.redis.connect import DEFAULT_TIMEOUT_S, Client
 
 
-def op_timeout(client: aioredis.Redis) -> float:
+def op_timeout(client: Client) -> float:
     """The bound of one operation on `client`: the URL's `timeout` (see connect.py)."""
-    value = client.connection_pool.connection_kwargs.get("socket_connect_timeout")
+    if isinstance(client, RedisCluster):
+        kwargs = client.get_connection_kwargs()
+    else:
+        kwargs = client.connection_pool.connection_kwargs
+    value = kwargs.get("socket_connect_timeout")
     return float(value) if value else DEFAULT_TIMEOUT_S
 
 
@@ -37,5 +43,5 @@ async def unavailable(what: str, limit_s: float) -> AsyncIterator[None]:
     try:
         async with asyncio.timeout(limit_s):
             yield
-    except (RedisError, OSError) as e:
+    except (RedisError, RedisClusterException, OSError) as e:
         raise CacheUnavailable(f"redis: {what} failed: {type(e).__name__}: {e}") from e

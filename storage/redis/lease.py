@@ -21,9 +21,8 @@ from __future__ import annotations
 import random
 from typing import Final
 
-import redis.asyncio as aioredis
-
 from storage.errors import CacheUnavailable
+from storage.redis.connect import Client
 from storage.redis.errors import op_timeout, unavailable
 from storage.snowflake import MAX_WORKER
 
@@ -58,7 +57,7 @@ class WorkerIdLease:
     """One worker's lease. `worker_id` is -1 until `acquire` succeeds."""
 
     def __init__(
-        self, client: aioredis.Redis, *, prefix: str, owner: str, ttl_s: float = LEASE_TTL_S
+        self, client: Client, *, prefix: str, owner: str, ttl_s: float = LEASE_TTL_S
     ) -> None:
         self._client = client
         self._limit = op_timeout(client)

@@ -34,10 +34,9 @@ from collections.abc import Iterable
 from typing import Final, cast
 
 import msgpack
-import redis.asyncio as aioredis
 
 from storage.models import StoredMessage
-from storage.redis.connect import check_prefix
+from storage.redis.connect import Client, check_prefix
 from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import ScriptCall, run_pipelined
 
@@ -105,9 +104,7 @@ def decode(conv_id: int, raw: bytes) -> StoredMessage:
 class RecentCache:
     """Every method raises `CacheUnavailable` on Redis trouble."""
 
-    def __init__(
-        self, client: aioredis.Redis, *, prefix: str = "", max_entries: int = RECENT_MAX
-    ) -> None:
+    def __init__(self, client: Client, *, prefix: str = "", max_entries: int = RECENT_MAX) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self._client = client

@@ -43,6 +43,19 @@ with the number of connections). A marker found missing means whatever erased it
 flush, a restart or failover without the data, an outage longer than the TTL) erased the
 routes too; the node then renews all of its routes at once instead of waiting for each
 connection's next renewal, and tells its sessions to SYNC (see `gateway.routewatch`).
+
+On Redis Cluster a master that loses its data (restarted empty, replaced by an empty
+node) loses only the keys of its own slots, and one marker would live on one master
+only. So a node keeps **one marker per master**: `<p>marker:{<n>}:<node>`, where `<n>` is
+the smallest integer whose slot that master serves now (found from the client's slot
+map each check; a few CRC16s). Every check sets them all (one pipeline per master), and
+any marker that was set at the previous check and is missing now means a loss. A marker
+key that is new because the slots moved (a reshard, a master added) is not a loss: only
+keys this store has set before count, and those stay where their slot goes.
+
+| key | type | value | TTL |
+|---|---|---|---|
+| `<p>marker:{<n>}:<node>` (cluster) | string | `1` | `ttl_s` |
 """
 
 from __future__ import annotations
@@ -51,16 +64,17 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
-import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from storage.errors import Revoked
 from storage.models import Route
 from storage.redis import raw
-from storage.redis.connect import check_prefix
+from storage.redis.connect import Client, check_prefix
 from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT, Coalescer, ScriptCall, run_pipelined
 
 ROUTE_TTL_S: Final = 90
+MARKER_SEARCH: Final = 1 << 20  # tags tried for a master's marker before giving up
 
 # Index helpers shared by register and renew. KEYS[2] is the uid's online hash.
 _LUA_INDEX = """
@@ -177,7 +191,7 @@ class RedisRouteStore:
 
     Errors reaching Redis raise `CacheUnavailable`. `close()` closes `client`'s pool."""
 
-    def __init__(self, client: aioredis.Redis, *, prefix: str = "", ttl_s: int = ROUTE_TTL_S):
+    def __init__(self, client: Client, *, prefix: str = "", ttl_s: int = ROUTE_TTL_S):
         if ttl_s <= 0:
             raise ValueError("ttl_s must be positive")
         self._client = client
@@ -193,6 +207,8 @@ class RedisRouteStore:
         self._refused = 0
         # Logins and disconnects come in storms: their script calls are coalesced.
         self._coalesced = Coalescer(client, "route register/remove", self._limit)
+        # Redis Cluster: per node id, the marker keys set by the last good check
+        self._marked: dict[str, set[str]] = {}
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -207,6 +223,9 @@ class RedisRouteStore:
 
     def marker_key(self, node: str) -> str:
         return f"{self._prefix}marker:{{{node}}}"
+
+    def cluster_marker_key(self, node: str, tag: int) -> str:
+        return f"{self._prefix}marker:{{{tag}}}:{node}"
 
     def _keys(self, route: Route) -> list[str]:
         return [self.route_key(route.uid, route.device), self.online_key(route.uid)]
@@ -281,9 +300,15 @@ class RedisRouteStore:
         if not wanted:
             return {}
         async with unavailable("route online", self._limit):
-            replies = await raw.pipeline(
-                self._client, [raw.pack(b"HGETALL", self.online_key(uid)) for uid in wanted]
-            )
+            client = self._client
+            if isinstance(client, RedisCluster):
+                replies = await raw.cluster_pipeline(
+                    client, [(b"HGETALL", self.online_key(uid)) for uid in wanted]
+                )
+            else:  # the hot path: packed once, one write
+                replies = await raw.pipeline(
+                    client, [raw.pack(b"HGETALL", self.online_key(uid)) for uid in wanted]
+                )
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
@@ -305,10 +330,46 @@ class RedisRouteStore:
             await self._revoke(keys=[self.revoked_key(uid)], args=args)
 
     async def mark(self, node: str) -> bool:
-        """Set the node's marker (TTL: the routes' TTL) and say whether it was missing."""
+        """Set the node's marker (TTL: the routes' TTL) and say whether it was missing; on
+        Redis Cluster one per master, and whether one set before is missing."""
+        client = self._client
+        if isinstance(client, RedisCluster):
+            return await self._mark_cluster(client, node)
         async with unavailable("route marker", self._limit):
-            prev = await self._client.set(self.marker_key(node), b"1", px=self._ttl_ms, get=True)
+            prev = await client.set(self.marker_key(node), b"1", px=self._ttl_ms, get=True)
         return prev is None
+
+    async def _mark_cluster(self, client: RedisCluster, node: str) -> bool:
+        async with unavailable("route marker", self._limit):
+            await client.initialize()  # at once when the client knows the slots already
+            keys = self.marker_keys(client, node)
+            replies = await raw.cluster_pipeline(
+                client, [(b"SET", k, b"1", b"PX", self._ttl_ms, b"GET") for k in keys]
+            )
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+        before = self._marked.get(node, set())
+        self._marked[node] = set(keys)
+        return any(r is None and k in before for k, r in zip(keys, replies, strict=True))
+
+    def marker_keys(self, client: RedisCluster, node: str) -> list[str]:
+        """One marker key per master of the client's current slot map: the key of the
+        smallest tag whose slot the master serves."""
+        # the masters that serve a slot now (a master left without slots keeps its
+        # place in the client's node list, and no tag would ever find it)
+        slots = client.nodes_manager.slots_cache.values()
+        wanted = {nodes[0].name for nodes in slots if nodes}
+        keys: list[str] = []
+        for tag in range(MARKER_SEARCH):
+            if not wanted:
+                break
+            key = self.cluster_marker_key(node, tag)
+            owner = client.get_node_from_key(key)
+            if owner is not None and owner.name in wanted:
+                wanted.discard(owner.name)
+                keys.append(key)
+        return keys
 
     async def close(self) -> None:
         await self._client.aclose()

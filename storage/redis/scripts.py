@@ -8,6 +8,8 @@ to run twice). redis-py's own pipeline support for scripts sends a SCRIPT EXISTS
 every pipeline (a second round trip); here the pipeline is sent as is, and only when
 Redis answers NOSCRIPT (its script cache was flushed, e.g. by a restart) are the scripts
 loaded and the refused calls sent again. A refused call did not run, so that is safe.
+On Redis Cluster the pipeline is one per master (`raw.cluster_pipeline`), and SCRIPT LOAD goes to
+every master.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from storage.errors import CacheUnavailable
 from storage.redis import raw
+from storage.redis.connect import Client
 from storage.redis.errors import unavailable
 from storage.redis.raw import Reply
 
@@ -37,7 +40,7 @@ ScriptCall = tuple[AsyncScript, Sequence[str], Sequence[str | int | bytes]]
 
 
 async def run_pipelined(
-    client: aioredis.Redis, calls: Sequence[ScriptCall], *, raise_errors: bool = True
+    client: Client, calls: Sequence[ScriptCall], *, raise_errors: bool = True
 ) -> list[Reply]:
     """Run `calls` in one pipeline round trip (two more only after a script cache flush);
     returns the replies in order. The first error reply is raised, or with
@@ -59,7 +62,12 @@ async def run_pipelined(
     return results
 
 
-async def _send(client: aioredis.Redis, calls: Sequence[ScriptCall]) -> list[Reply]:
+async def _send(client: Client, calls: Sequence[ScriptCall]) -> list[Reply]:
+    if isinstance(client, RedisCluster):
+        return await raw.cluster_pipeline(
+            client,
+            [(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
+        )
     return await raw.pipeline(
         client,
         [raw.pack(b"EVALSHA", script.sha, len(keys), *keys, *args) for script, keys, args in calls],
@@ -73,7 +81,7 @@ class Coalescer:
     own reply: its own error reply as `CacheUnavailable` (one bad call fails only its
     caller), and each caller its own `CacheUnavailable` when the pipeline itself fails."""
 
-    def __init__(self, client: aioredis.Redis, what: str, limit_s: float) -> None:
+    def __init__(self, client: Client, what: str, limit_s: float) -> None:
         self._client = client
         self._what = what
         self._limit = limit_s

@@ -150,7 +150,7 @@ async def test_unfinished_frames_are_bounded_across_the_node(
     assert node.partial_bytes == 0
 
 
-@pytest.mark.backends("production")
+@pytest.mark.backends("production", "cluster")
 async def test_the_send_rate_limit_holds_across_nodes(start_gateway: StartGateway) -> None:
     """One uid sending flat out on two nodes that share Redis gets about one budget
     (burst 20 + 10/s), not one per node: each node reports its spending once a second

@@ -123,7 +123,7 @@ async def test_a_login_during_a_drain_is_sent_elsewhere(admin_gw: tuple[Server, 
     await asyncio.wait_for(gw.wait_stopped(), timeout=10)
 
 
-@pytest.mark.backends("production")
+@pytest.mark.backends("production", "cluster")
 async def test_pulls_answered_by_the_recent_cache_are_counted(
     start_gateway: StartGateway,
 ) -> None:
@@ -172,7 +172,7 @@ async def _revoke(port: int, query: str) -> tuple[int, str]:
     return await http(port, "POST", f"/revoke?{query}", "Authorization: Bearer s3cret")
 
 
-@pytest.mark.backends("embedded", "production")
+@pytest.mark.backends("embedded", "production", "cluster")
 async def test_revoke_refuses_old_tokens_and_kicks_sessions(start_gateway: StartGateway) -> None:
     port = free_port()
     gw = await start_gateway(admin_port=port, admin_token="s3cret")

@@ -79,7 +79,7 @@ async def _send(w: Wire, conv: int, cmid: str, content: bytes) -> object:
     return await w.request(Send(0, conv, cmid, 1, content), timeout=10)
 
 
-@pytest.mark.backends("embedded", "production")
+@pytest.mark.backends("embedded", "production", "cluster")
 async def test_denied_messages_are_not_stored(
     start_gateway: StartGateway, webhook: Webhook
 ) -> None:

@@ -117,3 +117,37 @@ async def test_hung_redis_times_out(hung_port: int, call: int) -> None:
         await CALLS[call](routes, cache, RecentCache(client, prefix=prefix))
     assert time.monotonic() - started < 1.0
     await routes.close()
+
+
+async def test_cluster_url_options() -> None:
+    from redis.asyncio.cluster import RedisCluster
+
+    client, prefix = redis_from_url(
+        "redis+cluster://u:p%40w@10.0.0.1:7000,[::1]:7001/?prefix=t1:&timeout=0.5"
+    )
+    try:
+        assert isinstance(client, RedisCluster)
+        assert prefix == "t1:"
+        kw = client.get_connection_kwargs()
+        assert kw["socket_connect_timeout"] == op_timeout(client) == 0.5
+        assert kw["socket_timeout"] is None and kw["decode_responses"] is False
+        assert (kw["username"], kw["password"]) == ("u", "p@w")
+        starts = client.nodes_manager.startup_nodes
+        assert sorted(starts) == ["10.0.0.1:7000", "::1:7001"]
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+cluster://h:7000/3",  # no db in cluster mode
+        "redis+cluster://h,h2:7000/",
+        "redis+cluster://h:7000/?prefix={t}",
+        "redis+cluster://h:7000/?health=1",
+        "redis+cluster://h:7000/?timeout=-1",
+    ],
+)
+def test_bad_cluster_urls(url: str) -> None:
+    with pytest.raises(ValueError):
+        redis_from_url(url)

@@ -3,24 +3,41 @@ per test. A service that is down fails the test with what to run; it is never sk
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
+import subprocess
+from pathlib import Path
 
 import aiomysql
 
 from storage.mysql import MySQLSettings, migrate
+from storage.mysql.shardmap import same_place, server_settings
 from storage.redis import redis_from_url
 
 MYSQL_HOST = "127.0.0.1"
 MYSQL_PORT = 3306
+# The second MariaDB server of the shard-map tests (scripts/mariadb-second).
+MYSQL2_PORT = int(os.environ.get("IMGW_MARIADB2_PORT", "3307"))
+_SECOND = Path(__file__).resolve().parents[2] / "scripts" / "mariadb-second"
 REDIS_URL = "redis://127.0.0.1:6379/0"
+# A 3-master Redis Cluster of the tests' own (scripts/redis-cluster: started when its
+# ports do not answer, stopped at the end by the session that started it).
+CLUSTER_PORTS = (7101, 7102, 7103)
+CLUSTER_URL = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in CLUSTER_PORTS) + "/"
+CLUSTER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis-cluster"
 
 _HOW = {
-    3306: "start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+    3306: (
+        "start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid "
+        "--exec /usr/sbin/mariadbd"
+    ),
     6379: 'redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" '
     "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log",
     5672: "rabbitmq-server -detached",
+    MYSQL2_PORT: f"{_SECOND} start",
 }
+_second_checked = False
 
 
 def require_port(port: int, name: str) -> None:
@@ -32,12 +49,41 @@ def require_port(port: int, name: str) -> None:
         ) from e
 
 
-async def fresh_mysql(shards: int = 2) -> str:
-    """Create and migrate a private database; its mysql:// URL."""
+def second_mysql() -> None:
+    """Make sure the second MariaDB server answers, starting it (scripts/mariadb-second,
+    once per test session) if it does not; a failure fails the test, never skips it."""
+    global _second_checked
+    if _second_checked:
+        return
+    try:
+        require_port(MYSQL2_PORT, "the second MariaDB")
+    except RuntimeError:
+        done = subprocess.run(
+            [str(_SECOND), "start"], capture_output=True, text=True, timeout=90, check=False
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"cannot start the second MariaDB ({_SECOND} start): {done.stderr.strip()}"
+            ) from None
+        require_port(MYSQL2_PORT, "the second MariaDB")
+    _second_checked = True
+
+
+async def fresh_mysql(shards: int = 2, *, sharded: bool = False) -> str:
+    """Create and migrate a private database; its mysql:// URL. `sharded`: the shards
+    split over two servers (the first half in this database on 3306, the second in a
+    database of the same name on the second server), with the metadata on 3306."""
     require_port(MYSQL_PORT, "MariaDB")
     name = f"imgw_t_{secrets.token_hex(6)}"
     url = f"mysql://root:@{MYSQL_HOST}:{MYSQL_PORT}/{name}?shards={shards}&timeout=3"
-    await migrate(MySQLSettings.from_url(url))
+    servers = None
+    if sharded:
+        second_mysql()
+        servers = [
+            f"mysql://root@{MYSQL_HOST}:{MYSQL_PORT}/{name}",
+            f"mysql://root@{MYSQL_HOST}:{MYSQL2_PORT}/{name}",
+        ]
+    await migrate(MySQLSettings.from_url(url), servers)
     return url
 
 
@@ -45,6 +91,33 @@ def fresh_redis_url() -> str:
     """A Redis URL with a private key prefix (delete with drop_redis)."""
     require_port(6379, "Redis")
     return f"{REDIS_URL}?prefix=imgwtest:{secrets.token_hex(6)}:"
+
+
+def _cluster_script(command: str) -> str:
+    env = {**os.environ, "IMGW_CLUSTER_PORTS": " ".join(map(str, CLUSTER_PORTS))}
+    done = subprocess.run(
+        [str(CLUSTER_SCRIPT), command], env=env, capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{CLUSTER_SCRIPT.name} {command} failed ({done.returncode}): "
+            f"{done.stdout}{done.stderr}; start it by hand: scripts/redis-cluster start"
+        )
+    return done.stdout.strip()
+
+
+def start_redis_cluster() -> bool:
+    """Make sure the test cluster answers; True when this call started it."""
+    return _cluster_script("start").endswith("started")
+
+
+def stop_redis_cluster() -> None:
+    _cluster_script("stop")
+
+
+def fresh_cluster_url() -> str:
+    """A Redis Cluster URL with a private key prefix (delete with drop_redis)."""
+    return f"{CLUSTER_URL}?prefix=imgwtest:{secrets.token_hex(6)}:"
 
 
 async def drop_redis(url: str) -> None:
@@ -58,7 +131,9 @@ async def drop_redis(url: str) -> None:
 
 
 async def drop_mysql(url: str) -> None:
+    """Drop a test database, and its shard servers' databases if it has a shard map."""
     settings = MySQLSettings.from_url(url)
+    others: list[MySQLSettings] = []
     conn = await aiomysql.connect(
         host=settings.host,
         port=settings.port,
@@ -68,6 +143,23 @@ async def drop_mysql(url: str) -> None:
     )
     try:
         async with conn.cursor() as cur:
+            try:
+                await cur.execute(f"SELECT url FROM `{settings.database}`.im_shard_map")
+                for (server,) in await cur.fetchall():
+                    s = server_settings(settings, server)
+                    if not same_place(s, settings):
+                        others.append(s)
+            except aiomysql.Error:
+                pass  # no database, or no map
             await cur.execute(f"DROP DATABASE IF EXISTS `{settings.database}`")
     finally:
         conn.close()
+    for s in others:
+        conn = await aiomysql.connect(
+            host=s.host, port=s.port, user=s.user, password=s.password, autocommit=True
+        )
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute(f"DROP DATABASE IF EXISTS `{s.database}`")
+        finally:
+            conn.close()

@@ -41,6 +41,7 @@ SLOW_PATHS = (
 SLOW_FIXTURES = frozenset(
     {
         "tests.conftest.start_gateway",
+        "tests.conftest.redis_cluster",
         "tests.test_client.gateway",
         "tests.test_query_plans.mysql_store",
     }
@@ -48,14 +49,28 @@ SLOW_FIXTURES = frozenset(
 
 # A parametrized test whose parameter names a service backend is slow (the embedded
 # backend is SQLite in a temporary directory and stays fast).
-SERVICE_BACKENDS = frozenset({"mysql", "production"})
+SERVICE_BACKENDS = frozenset({"mysql", "production", "sharded", "cluster"})
 
 # Helpers that start a service connection or a gateway: a test whose body names one is slow.
 SLOW_NAMES = frozenset(
-    {"Gateway", "GatewayProcess", "Server", "fresh_mysql", "fresh_redis_url", "require_port"}
+    {
+        "Gateway",
+        "GatewayProcess",
+        "Server",
+        "fresh_mysql",
+        "fresh_redis_url",
+        "fresh_cluster_url",
+        "require_port",
+    }
 )
 
-SERVICE_PORTS = {3306: "MariaDB", 6379: "Redis", 5672: "RabbitMQ"}
+SERVICE_PORTS = {
+    3306: "MariaDB",
+    3307: "MariaDB (second)",
+    6379: "Redis",
+    5672: "RabbitMQ",
+    **{p: "Redis Cluster" for p in (7101, 7102, 7103)},
+}
 
 
 def _fixture_names(item: pytest.Item) -> set[str]:
