@@ -604,7 +604,7 @@ class MySQLStore:
             event: SystemEvent = {"event": "titled", "by": by, "uids": [], "title": title}
             return await self._system(cur, conv_id, event, now)
 
-        return await self._run(body)
+        return await self._at(conv_id).db.run(body)
 
     # -- messages ------------------------------------------------------------------------
 

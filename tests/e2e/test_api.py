@@ -169,6 +169,12 @@ async def test_groups_members_and_title(start_gateway: StartGateway) -> None:
         "title": "core team",
     }
     assert (await api.ok("GET", f"conversations/{conv}"))["title"] == "core team"
+    for n in range(3):  # conversations on every shard (sharded: both servers)
+        other = await api.ok("POST", "groups", {"owner_uid": 5, "title": "g", "uids": [6]})
+        await api.ok("PUT", f"conversations/{other['conv_id']}/title", {"title": f"g{n}"})
+        assert (await api.ok("GET", f"conversations/{other['conv_id']}"))["title"] == f"g{n}"
+        page = await api.ok("GET", f"conversations/{other['conv_id']}/messages")
+        assert [m["event"]["event"] for m in page["messages"]] == ["created", "titled"]
     by_member = {"by_uid": 3, "title": "mine"}
     assert await api.error("PUT", f"conversations/{conv}/title", by_member) == (403, "forbidden")
     too_long = {"title": "x" * 257}
