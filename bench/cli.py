@@ -38,6 +38,7 @@ from bench.preload import DEFAULT_CONVERSATIONS, DEFAULT_MESSAGES, Volume
 from bench.send import CONNECT_CONCURRENCY, DRAIN_S
 from bench.send import SCENARIOS as SEND_SCENARIOS
 from bench.send import check as check_send
+from gateway.hostport import split_host_port
 
 SCENARIOS = ("connect", "chat", "group", "storm", "offline")
 
@@ -59,6 +60,11 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="gateway workers (default: 1 per 16,000 connections on redis+amqp, else 1)",
     )  # fmt: skip
     g.add_argument("--shards", type=int, default=16, help="message shards of a fresh database")
+    g.add_argument(
+        "--servers", default="", metavar="HOST:PORT,...",
+        help="spread a fresh database's message shards over --store's server and these "
+        "MySQL servers (the same database name on each; imgw db migrate --servers)",
+    )  # fmt: skip
     g.add_argument("--keep-data", action="store_true", help="keep the fresh database/keys")
     g.add_argument(
         "--gateway-arg", action="append", default=[], metavar="ARG",
@@ -154,6 +160,11 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("give exactly one of --spawn-gateway and --addr HOST:PORT")
     if args.addr and (not args.token_key or ":" not in args.token_key):
         p.error("--addr needs --token-key KID:SECRET (the gateway's key)")
+    if args.addr:
+        try:
+            split_host_port(args.addr, default_host="127.0.0.1")
+        except ValueError as e:
+            p.error(f"--addr: {e}")
     if args.scenario == "storm" and not args.spawn_gateway:
         p.error("storm kills and restarts the gateway: it needs --spawn-gateway")
     args.volume = None

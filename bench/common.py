@@ -431,6 +431,7 @@ class GatewaySpec:
     bus: str = "local://"
     workers: int = 1
     shards: int = 16
+    servers: list[str] = field(default_factory=list)  # more MySQL servers, host:port
     port: int = 0
     hb: int = 30
     idle: int = 75
@@ -460,6 +461,17 @@ class Gateway:
             self.store = self.fresh_db = urlunsplit(
                 parts._replace(path=f"/imgw_bench_{secrets.token_hex(4)}")
             )
+        # The fresh database on every further server: the shard map spreads over them all.
+        self.more_servers: list[str] = []
+        if spec.servers:
+            if not self.fresh_db:
+                raise BenchError("--servers needs a fresh database: a --store without one")
+            parts = urlsplit(self.fresh_db)
+            auth = parts.netloc.rpartition("@")[0]
+            self.more_servers = [
+                urlunsplit(parts._replace(netloc=f"{auth}@{hp}" if auth else hp))
+                for hp in spec.servers
+            ]
         if self.store.startswith("mysql://") and "pool" not in self.store and spec.workers > 12:
             # MariaDB's default max_connections is 151: share ~120 among the workers.
             self.store = _with_query(self.store, pool=str(max(1, 120 // spec.workers)))
@@ -479,6 +491,7 @@ class Gateway:
         gw = cls.__new__(cls)
         gw.server, gw.attached, gw.exit_code = None, list(pids), None
         gw.fresh_db = gw.fresh_cache = None
+        gw.more_servers = []
         gw.store = gw.cache = ""
         return gw
 
@@ -504,16 +517,23 @@ class Gateway:
             if url.startswith(("mysql://", "redis://", "amqp://")):
                 parts = urlsplit(url)
                 require_port(parts.hostname or "127.0.0.1", parts.port or port, name)
+        for url in self.more_servers:
+            parts = urlsplit(url)
+            require_port(parts.hostname or "127.0.0.1", parts.port or 3306, "MariaDB")
 
     def migrate(self, timeout: float) -> None:
         if not self.store.startswith("mysql://"):
             return  # the embedded store migrates itself
         cmd = [sys.executable, "-m", "gateway.cli", "db", "migrate", "--store", self.store]
         cmd += ["--shards", str(self.spec.shards)]
+        if self.more_servers:
+            cmd += ["--servers", ",".join([self.store.split("?")[0], *self.more_servers])]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
         if done.returncode != 0:
             raise BenchError(f"imgw db migrate failed: {done.stderr.strip() or done.stdout}")
-        log(f"database {urlsplit(self.store).path.lstrip('/')} ready ({self.spec.shards} shards)")
+        servers = f" over {1 + len(self.more_servers)} servers" if self.more_servers else ""
+        db = urlsplit(self.store).path.lstrip("/")
+        log(f"database {db} ready ({self.spec.shards} shards{servers})")
 
     def preload(self) -> dict[str, Any] | None:
         """Store the spec's preload volume (after migrate, before start); its summary."""
@@ -586,10 +606,10 @@ class Gateway:
     def cleanup(self) -> None:
         if self.spec.keep_data:
             return
-        if self.fresh_db:
+        for db in [self.fresh_db, *self.more_servers] if self.fresh_db else []:
             try:
-                drop_database(self.fresh_db)
-                log(f"dropped database {urlsplit(self.fresh_db).path.lstrip('/')}")
+                drop_database(db)
+                log(f"dropped database {urlsplit(db).path.lstrip('/')} on {urlsplit(db).port}")
             except Exception as e:
                 log(f"could not drop the bench database: {e}")
         if self.fresh_cache:

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from bench.common import BenchError, Gateway, GatewaySpec, Sampler, find_pid, log
 from bench.fleet import FleetView
+from gateway.hostport import split_host_port
 
 
 def test_certificate(workdir: Path) -> list[str]:
@@ -57,6 +58,7 @@ class Run:
             spec = GatewaySpec(
                 store=args.store, cache=args.cache or "memory://", bus=args.bus or "local://",
                 workers=workers, shards=args.shards, hb=args.gateway_hb,
+                servers=[h for h in getattr(args, "servers", "").split(",") if h],
                 idle=args.gateway_idle, extra=extra, keep_data=args.keep_data,
                 preload=getattr(args, "volume", None), port=args.gateway_port,
                 log_path=args.gateway_log,
@@ -65,8 +67,7 @@ class Run:
             self.host, self.port = self.gateway.host, self.gateway.port
             self.metrics_url = self.gateway.metrics_url
         else:
-            host, _, port = args.addr.rpartition(":")
-            self.host, self.port = host or "127.0.0.1", int(port)
+            self.host, self.port = split_host_port(args.addr, default_host="127.0.0.1")
             self.kid, _, self.secret = args.token_key.partition(":")
             if args.gateway_pid:
                 self.gateway = Gateway.attach(args.gateway_pid)

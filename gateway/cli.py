@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
 import importlib.metadata
 import math
@@ -15,10 +16,14 @@ import time
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
+from gateway.hostport import split_host_port
 from protocol.token import DEVICE_RE, KID_RE, sign_token
+
+if TYPE_CHECKING:
+    from storage.mysql import MySQLSettings
 
 DEV_KEY: Final = "dev:imgw-dev-secret"
 """Used by `imgw serve` on a loopback address when no key is configured, and by `imgw
@@ -36,7 +41,11 @@ then try it from two terminals with `imgw chat --uid 1 --peer 2` and
 
 
 def _serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML file with settings (keys as the long flags)")
+    p.add_argument(
+        "--config",
+        help="TOML file with settings, keys spelled as the long flags (token-key = "
+        '"kid:secret"); imgw.example.toml in the source lists every one (env IMGW_CONFIG)',
+    )
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="TCP port (default 7070)")
     p.add_argument(
@@ -175,9 +184,47 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return run(cfg)
 
 
+def _usage_error(command: str, problem: str | None) -> int:
+    """Print `problem` (if any) as the command's usage error; 2 when there was one."""
+    if problem is None:
+        return 0
+    print(f"imgw {command}: {problem}", file=sys.stderr)
+    return 2
+
+
+def _bad_address(option: str, spec: str | None) -> str | None:
+    if spec is None:
+        return None
+    try:
+        split_host_port(spec, default_host="127.0.0.1")
+    except ValueError as e:
+        return f"{option}: {e}"
+    return None
+
+
+def _revoke_problem(args: argparse.Namespace) -> str | None:
+    if args.uid < 1:
+        return "--uid must be a positive integer"
+    if args.device is not None and DEVICE_RE.fullmatch(args.device) is None:
+        return "--device must match [A-Za-z0-9_-]{1,32}"
+    return _bad_address("--admin", args.admin)
+
+
+def _drain_problem(args: argparse.Namespace) -> str | None:
+    if args.pid is not None and args.pid < 1:
+        return "--pid must be a positive process id"
+    if args.rate is not None and not (math.isfinite(args.rate) and args.rate >= 0):
+        return "--rate must be a finite number >= 0 (0 = all at once)"
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        return "--timeout must be a number of seconds above 0"
+    return _bad_address("--admin", args.admin) or _bad_address("--hint", args.hint)
+
+
 def cmd_revoke(args: argparse.Namespace) -> int:
     from gateway.drain import DrainError, revoke_by_admin
 
+    if rc := _usage_error("revoke", _revoke_problem(args)):
+        return rc
     token = args.admin_token or os.environ.get("IMGW_ADMIN_TOKEN", "")
     try:
         print(revoke_by_admin(args.admin, args.uid, args.device, token=token))
@@ -190,6 +237,8 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 def cmd_drain(args: argparse.Namespace) -> int:
     from gateway.drain import DrainError, drain_by_admin, drain_by_pid
 
+    if rc := _usage_error("drain", _drain_problem(args)):
+        return rc
     try:
         if args.pid is not None:
             if args.rate is not None or args.hint is not None:
@@ -199,8 +248,6 @@ def cmd_drain(args: argparse.Namespace) -> int:
                 )
             drain_by_pid(args.pid, wait=args.wait, timeout=args.timeout)
         elif args.admin is not None:
-            if args.rate is not None and not (math.isfinite(args.rate) and args.rate >= 0):
-                raise DrainError("--rate must be a finite number >= 0 (0 = all at once)")
             drain_by_admin(
                 args.admin,
                 rate=args.rate,
@@ -227,6 +274,9 @@ def cmd_token(args: argparse.Namespace) -> int:
     if args.uid < 1:
         print("imgw token: --uid must be a positive integer", file=sys.stderr)
         return 2
+    if args.ttl < 1:
+        print("imgw token: --ttl must be a positive number of seconds", file=sys.stderr)
+        return 2
     now = int(time.time())
     print(sign_token(args.kid, args.secret, args.uid, args.device, now + args.ttl, iat=now))
     return 0
@@ -237,8 +287,13 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
 
     from storage.errors import StoreUnavailable
     from storage.mysql import MySQLSettings, migrate
+    from storage.mysql.shardmap import server_settings
 
-    url = args.store or load(config_file=args.config).store_url()
+    try:
+        url = args.store or load(config_file=args.config).store_url()
+    except ConfigError as e:
+        print(f"imgw db migrate: {e}", file=sys.stderr)
+        return 2
     if not url.startswith("mysql://"):
         print(
             "imgw db migrate: the embedded store migrates itself at startup; "
@@ -248,9 +303,17 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = MySQLSettings.from_url(url)
-        if args.shards is not None:
-            settings = dataclasses.replace(settings, shards=args.shards)
+        if args.shards is not None and not 1 <= args.shards <= 1024:
+            raise ValueError("--shards must be 1..1024")
         servers = [u.strip() for u in (args.servers or "").split(",") if u.strip()]
+        for server in servers:
+            server_settings(settings, server)
+    except ValueError as e:
+        print(f"imgw db migrate: {e}", file=sys.stderr)
+        return 2
+    if args.shards is not None:
+        settings = dataclasses.replace(settings, shards=args.shards)
+    try:
         done = asyncio.run(migrate(settings, servers or None))
     except (ValueError, StoreUnavailable) as e:
         print(f"imgw db migrate: {e}", file=sys.stderr)
@@ -260,20 +323,32 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mysql_settings(args: argparse.Namespace, action: str) -> MySQLSettings | None:
+    """The metadata database of `imgw db ACTION` (--store, else the config's store);
+    None after saying what is wrong."""
+    from storage.mysql import MySQLSettings
+
+    try:
+        url = args.store or load(config_file=args.config).store_url()
+        if not url.startswith("mysql://"):
+            raise ValueError("pass --store mysql://user:password@host:3306/database")
+        return MySQLSettings.from_url(url)
+    except ValueError as e:  # ConfigError included
+        print(f"imgw db {action}: {e}", file=sys.stderr)
+        return None
+
+
 def cmd_db_status(args: argparse.Namespace) -> int:
     import asyncio
 
     from storage.errors import StoreUnavailable
-    from storage.mysql import MySQLSettings
     from storage.mysql.schema import status
 
-    url = args.store or load(config_file=args.config).store_url()
-    if not url.startswith("mysql://"):
-        print("imgw db status: pass --store mysql://user:password@host:3306/database",
-              file=sys.stderr)  # fmt: skip
+    settings = _mysql_settings(args, "status")
+    if settings is None:
         return 2
     try:
-        lines, ok = asyncio.run(status(MySQLSettings.from_url(url)))
+        lines, ok = asyncio.run(status(settings))
     except (ValueError, StoreUnavailable) as e:
         print(f"imgw db status: {e}", file=sys.stderr)
         return 1
@@ -285,23 +360,27 @@ def cmd_db_add_server(args: argparse.Namespace) -> int:
     import asyncio
 
     from storage.errors import StoreUnavailable
-    from storage.mysql import MySQLSettings
     from storage.mysql.move import add_server
+    from storage.mysql.shardmap import server_settings
 
-    url = args.store or load(config_file=args.config).store_url()
-    if not url.startswith("mysql://"):
-        print("imgw db add-server: pass --store mysql://user:password@host:3306/database",
-              file=sys.stderr)  # fmt: skip
+    settings = _mysql_settings(args, "add-server")
+    if settings is None:
         return 2
+    try:
+        server_settings(settings, args.url)
+    except ValueError as e:
+        return _usage_error("db add-server", f"URL: {e}")
+    if args.take is not None and args.take < 1:
+        return _usage_error("db add-server", "--take must be a positive number of shards")
+    if not (math.isfinite(args.grace) and args.grace >= 0):
+        return _usage_error("db add-server", "--grace must be a number of seconds >= 0")
 
     def log(line: str) -> None:
         print(line, flush=True)
 
     try:
         lines = asyncio.run(
-            add_server(
-                MySQLSettings.from_url(url), args.url, take=args.take, grace_s=args.grace, log=log
-            )
+            add_server(settings, args.url, take=args.take, grace_s=args.grace, log=log)
         )
     except (ValueError, RuntimeError, StoreUnavailable) as e:
         print(f"imgw db add-server: {e}", file=sys.stderr)
@@ -313,7 +392,15 @@ def cmd_db_add_server(args: argparse.Namespace) -> int:
 # -- plugin commands --------------------------------------------------------------------
 
 PLUGIN_GROUP: Final = "imgw.commands"
-BUILTIN_COMMANDS: Final = frozenset({"serve", "token", "db", "drain", "revoke", "chat"})
+COMMAND_HELP: Final = {
+    "serve": "run a gateway node",
+    "chat": "chat from a terminal (try imgw from two of them)",
+    "token": "mint a login token (for testing)",
+    "db": "manage the MySQL schema",
+    "drain": "drain a node: stop accepting, move its clients away at a set rate, exit",
+    "revoke": "revoke a user's tokens (or one device's) and kick its sessions on every node",
+}
+BUILTIN_COMMANDS: Final = frozenset(COMMAND_HELP)
 KNOWN_PLUGINS: Final = {
     # name: (its help in `imgw --help`, the extra of imgw that installs it)
     "bench": ("load the gateway: connect, chat, group, storm, offline", "bench"),
@@ -372,18 +459,47 @@ def run_plugin(name: str, argv: Sequence[str]) -> int:
     return rc
 
 
+def version() -> str:
+    try:
+        return importlib.metadata.version("imgw")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e . in the checkout)"
+
+
+def command_list() -> str:
+    """What bare `imgw` prints: every command (plugins too) with one line each."""
+    plugins = {
+        name: KNOWN_PLUGINS[name][0] if name in KNOWN_PLUGINS else "(plugin command)"
+        for name in sorted(set(KNOWN_PLUGINS) | set(plugin_commands()))
+    }
+    about = {**COMMAND_HELP, **plugins}
+    width = max(map(len, about))
+    lines = [f"  {name:<{width}}  {text}" for name, text in about.items()]
+    return "\n".join(
+        [
+            "usage: imgw COMMAND [OPTIONS]",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "Run `imgw COMMAND --help` for a command's options, `imgw --version` for the version.",
+        ]
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="imgw", description=_DESCRIPTION, formatter_class=argparse.RawTextHelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"imgw {version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    serve = sub.add_parser("serve", help="run a gateway node")
+    serve = sub.add_parser("serve", help=COMMAND_HELP["serve"])
     _serve_args(serve)
-    serve.set_defaults(func=cmd_serve)
+    serve.set_defaults(command_parser=serve, func=cmd_serve)
 
     dev_kid, dev_secret = DEV_KEY.split(":", 1)
-    token = sub.add_parser("token", help="mint a login token (for testing)")
+    token = sub.add_parser("token", help=COMMAND_HELP["token"])
     token.add_argument("--uid", type=int, required=True)
     token.add_argument("--device", required=True)
     token.add_argument("--kid", default=dev_kid, help=f"key id (default {dev_kid})")
@@ -395,9 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of validity (86400; gateways refuse more than their "
         "token_max_lifetime, 30 days by default)",
     )
-    token.set_defaults(func=cmd_token)
+    token.set_defaults(command_parser=token, func=cmd_token)
 
-    db = sub.add_parser("db", help="manage the MySQL schema")
+    db = sub.add_parser("db", help=COMMAND_HELP["db"])
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION", required=True)
     mig = db_sub.add_parser(
         "migrate", help="create or upgrade the schema (idempotent)",
@@ -412,7 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
         "first migrate (default: every shard in the --store database)",
     )  # fmt: skip
     mig.add_argument("--config", help="TOML config file to read the store URL from")
-    mig.set_defaults(func=cmd_db_migrate)
+    mig.set_defaults(command_parser=mig, func=cmd_db_migrate)
     st = db_sub.add_parser(
         "status", help="print the schema version and the shard map",
         description="Print the metadata database's schema version and shard count, and "
@@ -421,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     st.add_argument("--store", help="the metadata database: mysql://user:password@host:port/db")
     st.add_argument("--config", help="TOML config file to read the store URL from")
-    st.set_defaults(func=cmd_db_status)
+    st.set_defaults(command_parser=st, func=cmd_db_status)
     add = db_sub.add_parser(
         "add-server", help="move message shards to a new MySQL server, gateways running",
         description="Create the tables on URL, then for each shard it takes: freeze it on "
@@ -441,11 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between the map switch and dropping the old copy (3)",
     )  # fmt: skip
     add.add_argument("--config", help="TOML config file to read the store URL from")
-    add.set_defaults(func=cmd_db_add_server)
+    add.set_defaults(command_parser=add, func=cmd_db_add_server)
 
     drain = sub.add_parser(
         "drain",
-        help="drain a node: stop accepting, move its clients away at a set rate, exit",
+        help=COMMAND_HELP["drain"],
         description=(
             "Make a node stop accepting, KICK its clients with reason draining (they "
             "reconnect elsewhere, to --hint if given) at --rate per second, commit its "
@@ -465,11 +581,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-wait", dest="wait", action="store_false", help="return once the drain started"
     )
     drain.add_argument("--timeout", type=float, default=600, help="seconds to wait (600)")
-    drain.set_defaults(func=cmd_drain)
+    drain.set_defaults(command_parser=drain, func=cmd_drain)
 
     revoke = sub.add_parser(
         "revoke",
-        help="revoke a user's tokens (or one device's) and kick its sessions on every node",
+        help=COMMAND_HELP["revoke"],
         description=(
             "Ask a node over its admin port to refuse the tokens of --uid (all devices, or "
             "--device) minted until now, for the longest token lifetime, and to kick its "
@@ -483,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("--uid", type=int, required=True)
     revoke.add_argument("--device", help="only this device (default: all of them)")
     revoke.add_argument("--admin-token", help="the node's admin token (env IMGW_ADMIN_TOKEN)")
-    revoke.set_defaults(func=cmd_revoke)
+    revoke.set_defaults(command_parser=revoke, func=cmd_revoke)
 
     # Listed for `imgw --help` only; main() hands `imgw NAME ...` to the plugin whole.
     for name in sorted(set(KNOWN_PLUGINS) | set(plugin_commands())):
@@ -492,18 +608,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     from gateway import chat
 
-    chat_p = sub.add_parser("chat", help="chat from a terminal (try imgw from two of them)")
+    chat_p = sub.add_parser("chat", help=COMMAND_HELP["chat"])
     chat.add_arguments(chat_p, default_key=DEV_KEY)
-    chat_p.set_defaults(func=chat.main)
+    chat_p.set_defaults(command_parser=chat_p, func=chat.main)
     return parser
+
+
+def _unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
+    """Exit with the usage of the command that was given the unknown option (argparse
+    would show the top-level usage), naming the option meant when it is a near miss."""
+    known = [s for a in parser._actions for s in a.option_strings]
+    text = f"unrecognized arguments: {' '.join(unknown)}"
+    for arg in unknown:
+        close = difflib.get_close_matches(arg.partition("=")[0], known, n=1)
+        if arg.startswith("-") and close:
+            text += f" (did you mean {close[0]}?)"
+            break
+    parser.error(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    name = argv[0] if argv else ""
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        print(f"imgw: unknown option {argv[0]}\n" if argv else "", end="", file=sys.stderr)
+        print(command_list(), file=sys.stderr)
+        return 2
+    name = argv[0]
     if name not in BUILTIN_COMMANDS and (name in KNOWN_PLUGINS or name in plugin_commands()):
         return run_plugin(name, argv[1:])  # its own parser, options and --help included
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        _unrecognized(getattr(args, "command_parser", parser), unknown)
     rc: int = args.func(args)
     return rc
 

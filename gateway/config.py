@@ -4,6 +4,7 @@ file, environment variables (IMGW_<NAME>) and command-line flags."""
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import ipaddress
 import math
 import os
@@ -14,6 +15,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 
+from gateway.hostport import split_host_port
 from protocol.ops import MAX_CONTENT_DEFAULT, MAX_FRAME_DEFAULT
 from protocol.token import KeyRing
 
@@ -157,6 +159,16 @@ class Config:
             raise ConfigError(f"bad token key: {e}") from e
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be 1..65535, got {self.port}")
+        if not 0 <= self.admin_port < 65536:
+            raise ConfigError(f"admin_port must be 1..65535 (0 = none), got {self.admin_port}")
+        _check_numbers(self)
+        if self.reconnect_hint:
+            try:
+                split_host_port(self.reconnect_hint)
+            except ValueError as e:
+                raise ConfigError(f"reconnect_hint: {e}") from None
+        if self.log_level.lower() not in _LOG_LEVELS:
+            raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}")
         if self.hb <= 0 or self.idle <= self.hb:
             raise ConfigError(f"need 0 < hb < idle, got hb={self.hb} idle={self.idle}")
         if self.max_content > self.max_frame - 256:
@@ -229,6 +241,62 @@ class Config:
 
 
 _FIELDS: Final = {f.name: f for f in fields(Config)}
+_LOG_LEVELS: Final = ("debug", "info", "warning", "error", "critical")
+# Settings that must be at least 1 (counts and sizes) or a number of seconds or ms > 0;
+# the rest of the numbers are checked in validate() with their neighbours.
+_AT_LEAST_ONE: Final = (
+    "max_frame", "max_content", "max_connections", "max_write_buffer", "max_pending_sends",
+    "max_partial_bytes",
+)  # fmt: skip
+_POSITIVE: Final = (
+    "login_timeout", "route_renew_s", "recall_window", "shutdown_timeout",
+    "check_timeout_ms",
+)  # fmt: skip
+_NOT_NEGATIVE: Final = (
+    "max_connections_per_ip", "token_leeway", "batch_delay_ms", "batch_wait_ms",
+)  # fmt: skip
+
+
+def _check_numbers(cfg: Config) -> None:
+    for name in _AT_LEAST_ONE:
+        if getattr(cfg, name) < 1:
+            raise ConfigError(f"{name} must be at least 1, got {getattr(cfg, name)}")
+    for name in _POSITIVE:
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name} must be a number above 0, got {value}")
+    for name in _NOT_NEGATIVE:
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise ConfigError(f"{name} must be a number >= 0, got {value}")
+
+
+# The settings whose flag is spelled otherwise than the field (--token-key is repeated
+# for token_keys; the flags of the *_s durations drop the unit): the file and the
+# environment take both spellings.
+FLAG_SPELLINGS: Final = {
+    "token_key": "token_keys",
+    "sync_hint_spread": "sync_hint_spread_s",
+    "node_lease": "node_lease_s",
+    "route_check": "route_check_s",
+}
+
+
+def setting_name(key: str) -> str | None:
+    """The Config field that a file key or an environment name (after IMGW_) sets:
+    flag spelling or field spelling, dashes or underscores, any case; None if none."""
+    name = key.replace("-", "_").lower()
+    name = FLAG_SPELLINGS.get(name, name)
+    return name if name in _FIELDS else None
+
+
+def _unknown(key: str, path: str) -> ConfigError:
+    spellings = [*_FIELDS, *FLAG_SPELLINGS]
+    close = difflib.get_close_matches(key.replace("-", "_"), spellings, n=1)
+    hint = f" (did you mean {close[0].replace('_', '-')}?)" if close else ""
+    return ConfigError(
+        f"unknown setting {key!r} in {path}{hint}; imgw.example.toml lists every setting"
+    )
 
 
 def _coerce(name: str, raw: Any) -> Any:
@@ -263,14 +331,13 @@ def load(
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"cannot read config file {path}: {e}") from e
         for key, raw in data.items():
-            name = key.replace("-", "_")
-            if name not in _FIELDS:
-                raise ConfigError(f"unknown setting {key!r} in {path}")
+            if (name := setting_name(key)) is None:
+                raise _unknown(key, path)
             values[name] = _coerce(name, raw)
     for key, raw in (env if env is not None else os.environ).items():
         if key.startswith(ENV_PREFIX) and key != ENV_PREFIX + "CONFIG":
-            name = key[len(ENV_PREFIX) :].lower()
-            if name in _FIELDS:
+            name = setting_name(key[len(ENV_PREFIX) :])
+            if name is not None:
                 values[name] = _coerce(name, raw)
     for name, raw in (overrides or {}).items():
         if raw is None or (name == "token_keys" and not raw):

@@ -10,6 +10,8 @@ import sys
 import time
 from urllib.parse import urlencode
 
+from gateway.hostport import split_host_port
+
 POLL_S = 0.2
 
 
@@ -64,10 +66,10 @@ def revoke_by_admin(admin: str, uid: int, device: str | None, *, token: str = ""
 
 
 def _split(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit():
-        raise DrainError(f"bad address {addr!r}: use HOST:PORT")
-    return host or "127.0.0.1", int(port)
+    try:
+        return split_host_port(addr, default_host="127.0.0.1")
+    except ValueError as e:
+        raise DrainError(str(e)) from None
 
 
 def _request(host: str, port: int, text: str) -> tuple[int, str]:

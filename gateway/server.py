@@ -87,14 +87,7 @@ class Server:
         )
         await node.start()
         node.max_connections = connection_cap(cfg.max_connections, nofile)
-        if node.max_connections < cfg.max_connections:
-            self.log.warning(
-                "the open-file limit caps the connections this process can hold; raise it "
-                "(ulimit -n, LimitNOFILE=) or run more workers",
-                open_file_limit=nofile,
-                max_connections=node.max_connections,
-                configured=cfg.max_connections,
-            )
+        self._report_connection_cap(nofile)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             node.protocol_factory,
@@ -177,6 +170,23 @@ class Server:
             except BackendUnavailable as e:
                 self.log.warning("worker id lease release failed", error=str(e))
             await self._lease.close()
+
+    def _report_connection_cap(self, nofile: int) -> None:
+        """Once at start: a warning when the open-file limit holds the node below a
+        --max-connections that was asked for; at the default (1,000,000, "as many as
+        the system allows") the cap is only news, far above any development use."""
+        node, cfg = self.node, self.config
+        assert node is not None
+        if node.max_connections >= cfg.max_connections:
+            return
+        explicit = cfg.max_connections != Config().max_connections
+        (self.log.warning if explicit else self.log.info)(
+            "the open-file limit caps the connections this process can hold"
+            + ("; raise it (ulimit -n, LimitNOFILE=) or run more workers" if explicit else ""),
+            open_file_limit=nofile,
+            max_connections=node.max_connections,
+            configured=cfg.max_connections,
+        )
 
     def _report_durability(self) -> None:
         assert self.backends is not None

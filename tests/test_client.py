@@ -25,7 +25,7 @@ import pytest
 import uvloop
 
 from bench.serve import ServeProcess, free_port
-from gateway.chat import render
+from gateway.chatview import render
 from gateway.client import (
     Client,
     ClientError,
@@ -629,7 +629,7 @@ async def test_chat_between_two_processes(gateway: Gateway) -> None:
         assert line.rstrip().endswith(f"{u1}: hello over pipes ✓")
         await type_line(p2, "and back")
         await read_until(p1.stdout, f"{u2}: and back")
-        await read_until(p2.stdout, f"({u1} read up to")  # p1 marked it read
+        await read_until(p2.stdout, f'(read by {u1}: "and back")')  # p1 marked it read
         await type_line(p1, "/quit")
         _, err1 = await asyncio.wait_for(p1.communicate(), 30)
         assert p2.stdin is not None

@@ -6,15 +6,15 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Sequence
-from typing import Final, TypeAlias
+from typing import Final
 
 from gateway.client.errors import ClientError, ConnectionLost
+from gateway.hostport import Address as Address
+from gateway.hostport import split_host_port
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
 from protocol.errors import FrameError
 from protocol.frames import Error, Frame, Invalid, Kick, Login, LoginOk
-
-Address: TypeAlias = tuple[str, int]
 
 READ_CHUNK: Final = 65_536
 MAX_INBOUND_FRAME: Final = 64 << 20
@@ -25,11 +25,7 @@ def parse_addresses(spec: str | Sequence[Address]) -> list[Address]:
     """``"host:port"``, ``"h1:p1,h2:p2"`` (``[v6]:port`` too) or (host, port) pairs."""
     out: list[Address] = []
     if isinstance(spec, str):
-        for part in filter(None, (p.strip() for p in spec.split(","))):
-            host, sep, port = part.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"bad address {part!r}: expected host:port")
-            out.append((host.removeprefix("[").removesuffix("]"), int(port)))
+        out = [split_host_port(part) for part in filter(None, map(str.strip, spec.split(",")))]
     else:
         out = [(str(host), int(port)) for host, port in spec]
     if not out:

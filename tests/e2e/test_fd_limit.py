@@ -18,6 +18,15 @@ NOFILE = 200
 CAP = connection_cap(10**6, NOFILE)  # 136: 64 descriptors kept for the rest
 
 
+CAPS = "the open-file limit caps the connections this process can hold"
+
+
+def cap_lines(gw: GatewayProcess) -> list[str]:
+    """The log's lines about the cap, from the level on, up to the open-file limit."""
+    lines = gw.log.read_text().splitlines()
+    return [line.split(" ", 1)[1].split(" open_file_limit=")[0] for line in lines if CAPS in line]
+
+
 async def test_connections_are_capped_below_the_open_file_limit(tmp_path: Path) -> None:
     admin = free_port()
     gw = GatewayProcess(tmp_path / "data", None, "--admin-port", str(admin), nofile=NOFILE).start()
@@ -42,8 +51,22 @@ async def test_connections_are_capped_below_the_open_file_limit(tmp_path: Path) 
                 break
             await asyncio.sleep(0.05)
         held.append(await Wire.login(gw.port, 999))
-        assert "the open-file limit caps the connections" in gw.log.read_text()
+        # at the default --max-connections the cap is news, not a warning (issue 16)
+        assert cap_lines(gw) == [f"[info     ] {CAPS} configured=1000000 max_connections={CAP}"]
     finally:
         for w in held:
             await w.close()
         gw.kill()
+
+
+def test_the_cap_is_a_warning_only_below_a_max_connections_asked_for(tmp_path: Path) -> None:
+    gw = GatewayProcess(tmp_path / "data", None, "--max-connections", "5000", nofile=2000)
+    try:
+        gw.start()
+    finally:
+        gw.kill()
+    cap = connection_cap(5000, 2000)
+    assert cap_lines(gw) == [
+        f"[warning  ] {CAPS}; raise it (ulimit -n, LimitNOFILE=) or run more workers "
+        f"configured=5000 max_connections={cap}"
+    ]

@@ -1,0 +1,111 @@
+"""How `imgw chat` shows things: messages as terminal lines, and read receipts as who
+has read which of your messages."""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+import msgpack
+
+from protocol.frames import MsgRecord, Notice, Push
+from protocol.ops import MsgType
+
+QUOTE_CHARS: Final = 40
+OWN_KEPT: Final = 200  # your latest messages that read receipts can name
+
+
+def _clock(server_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(server_ms / 1000))
+
+
+def _uids(value: object) -> str:
+    return ", ".join(str(u) for u in value) if isinstance(value, list) else "?"
+
+
+_MEDIA: Final[dict[int, str]] = {
+    MsgType.IMAGE: "image",
+    MsgType.VOICE: "voice",
+    MsgType.FILE: "file",
+}
+
+
+def render(m: Push | MsgRecord) -> str:
+    """One message as a terminal line."""
+    head = f"[{_clock(m.server_ms)}]"
+    if m.msg_type == MsgType.TEXT:
+        return f"{head} {m.sender_uid}: {m.content.decode('utf-8', 'replace')}"
+    if m.msg_type == MsgType.SYSTEM:
+        try:
+            ev = msgpack.unpackb(m.content, raw=False)
+            event, by, who = ev.get("event"), ev.get("by"), _uids(ev.get("uids"))
+        except Exception:
+            return f"{head} * (unreadable system message)"
+        if event == "created":
+            return f'{head} * {by} created "{ev.get("title", "")}" with {who}'
+        if event == "added":
+            return f"{head} * {by} added {who}"
+        if event == "removed":
+            return f"{head} * {by} removed {who}"
+        if event == "left":
+            return f"{head} * {who} left"
+        if event == "titled":
+            return f'{head} * {by} renamed the group "{ev.get("title", "")}"'
+        if event == "notice":
+            return f"{head} * notice: {ev.get('text', '')}"
+        return f"{head} * {event}"
+    if m.msg_type == MsgType.RECALL:
+        if not m.content:
+            return f"{head} {m.sender_uid}: (recalled)"
+        try:
+            (seq,) = msgpack.unpackb(m.content, raw=False)
+        except Exception:
+            return f"{head} * a message was recalled"
+        return f"{head} * message {seq} recalled"
+    label = _MEDIA.get(m.msg_type)
+    if label is not None:
+        return f"{head} {m.sender_uid}: [{label}] {m.content.decode('utf-8', 'replace')}"
+    return f"{head} {m.sender_uid}: [type {m.msg_type}, {len(m.content)} bytes]"
+
+
+def render_notice(n: Notice) -> str:
+    """A broadcast NOTICE (not stored, in no conversation) as a terminal line."""
+    return f"[{_clock(n.server_ms)}] * notice from the server: " + n.content.decode(
+        "utf-8", "replace"
+    )
+
+
+def quote(text: str) -> str:
+    """`text` shortened to one quotable line."""
+    line = " ".join(text.split())
+    return f'"{line if len(line) <= QUOTE_CHARS else line[: QUOTE_CHARS - 1] + "…"}"'
+
+
+class Receipts:
+    """Who has read which of your messages: READ_NOTIFY says "uid read up to seq";
+    this turns it into "read by 3, 4: <your latest message they have read>"."""
+
+    __slots__ = ("_own", "_read")
+
+    def __init__(self) -> None:
+        self._own: dict[int, str] = {}  # seq -> text of your messages, the latest ones
+        self._read: dict[int, int] = {}  # reader uid -> seq read up to
+
+    def own(self, seq: int, text: str) -> None:
+        self._own[seq] = text
+        if len(self._own) > OWN_KEPT:
+            del self._own[min(self._own)]
+
+    def read(self, reader: int, seq: int) -> str | None:
+        """The line to show when `reader` has read up to `seq`; None when that reaches
+        none of your messages it had not read before."""
+        before = self._read.get(reader, 0)
+        if seq <= before:
+            return None
+        self._read[reader] = seq
+        newly = [s for s in self._own if before < s <= seq]
+        if not newly:
+            return None
+        latest = max(newly)
+        readers = sorted(uid for uid, upto in self._read.items() if upto >= latest)
+        return f"(read by {', '.join(map(str, readers))}: {quote(self._own[latest])})"

@@ -1,0 +1,192 @@
+"""`imgw chat` as a new user meets it (issue 16): processes against an in-process
+gateway on the embedded store, asserting the lines they print."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from gateway.client import Client
+from gateway.server import Server
+from tests.support.tcpproxy import TcpProxy
+from tests.support.wire import TOKEN_KEY, token
+
+ROOT = Path(__file__).resolve().parents[2]
+WAIT_S = 20.0
+
+pytestmark = pytest.mark.backends("embedded")
+
+
+class Chat:
+    """An `imgw chat` process and every line it printed so far."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+
+    @classmethod
+    async def start(cls, port: int, *args: str) -> Chat:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8"}
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.cli", "chat", *args,
+            "--addr", f"127.0.0.1:{port}", "--key", TOKEN_KEY, cwd=ROOT, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        return cls(proc)
+
+    async def until(self, text: str) -> str:
+        """The first line containing `text`, printed so far or to come; fails with what
+        came instead."""
+        assert self.proc.stdout is not None
+        start = len(self.lines)
+        for line in self.lines:
+            if text in line:
+                return line
+        try:
+            async with asyncio.timeout(WAIT_S):
+                while line := (await self.proc.stdout.readline()).decode():
+                    self.lines.append(line.rstrip("\n"))
+                    if text in line:
+                        return self.lines[-1]
+        except TimeoutError:
+            pass
+        raise AssertionError(f"{text!r} not in output: {self.lines[start:]!r}")
+
+    async def type(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{line}\n".encode())
+        await self.proc.stdin.drain()
+
+    async def quit(self) -> tuple[int, str]:
+        """/quit; the exit status and stderr (the rest of stdout goes to `lines`)."""
+        await self.type("/quit")
+        out, err = await asyncio.wait_for(self.proc.communicate(), WAIT_S)
+        self.lines += out.decode().splitlines()
+        assert self.proc.returncode is not None
+        return self.proc.returncode, err.decode()
+
+    async def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.communicate()
+
+
+@asynccontextmanager
+async def chats(gw: Server, *argvs: list[str]) -> AsyncIterator[list[Chat]]:
+    """`imgw chat` processes, each up (its header printed); killed if still running."""
+    started: list[Chat] = []
+    try:
+        for argv in argvs:
+            started.append(await Chat.start(gw.port, *argv))
+        for chat in started:
+            await chat.until("/quit to exit")
+        yield started
+    finally:
+        for chat in started:
+            await chat.kill()
+
+
+@asynccontextmanager
+async def client(gw: Server, uid: int, device: str = "py") -> AsyncIterator[Client]:
+    c = Client(f"127.0.0.1:{gw.port}", uid, device, lambda: token(uid, device))
+    await c.connect()
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def test_two_windows_of_one_uid_do_not_log_each_other_out(gw: Server) -> None:
+    windows = (["--uid", "11", "--peer", "12"], ["--uid", "11", "--peer", "12"])
+    async with chats(gw, *windows) as (first, second), client(gw, 12) as peer:
+        conv_id = await peer.open_p2p(11)
+        await peer.send(conv_id, b"to both windows")
+        for window in (first, second):
+            await window.until("12: to both windows")
+        for window in (first, second):
+            assert await window.quit() == (0, "")
+
+
+async def test_a_group_as_its_creator_and_its_members_see_it(gw: Server) -> None:
+    creating = ["--uid", "21", "--create-group", "crew", "--members", "22,23"]
+    async with chats(gw, creating) as (creator,):
+        header = creator.lines[-1]
+        conv_id = int(header.split("conversation ")[1].split()[0])
+        await creator.type("/help")  # shows the commands, sends nothing
+        await creator.until("/quit     leave")
+        await creator.type("/nope")
+        await creator.until("! unknown command /nope; /help lists them")
+        await creator.type("//slash")  # sends "/slash"
+        await creator.type("hi crew")
+        async with client(gw, 22) as m22, client(gw, 23) as m23:
+            for _ in range(100):
+                msgs = (await m22.history(conv_id)).msgs
+                if msgs[-1].content == b"hi crew":
+                    break
+                await asyncio.sleep(0.05)
+            assert [m.content for m in msgs[1:]] == [b"/slash", b"hi crew"]
+            await m22.read(conv_id, msgs[-1].seq)
+            await creator.until('(read by 22: "hi crew")')
+            await m23.read(conv_id, msgs[-1].seq)
+            await creator.until('(read by 22, 23: "hi crew")')
+        async with chats(gw, ["--uid", "22", "--group", str(conv_id)]) as (member,):
+            assert f'--- group "crew", conversation {conv_id} ' in member.lines[-1]
+            assert await member.quit() == (0, "")
+        assert await creator.quit() == (0, "")
+    created = [line for line in creator.lines if 'created "crew"' in line]
+    assert len(created) == 1, creator.lines
+    assert created[0].endswith('* 21 created "crew" with 21, 22, 23')
+    assert not any("read up to" in line for line in creator.lines)
+
+
+async def test_cannot_connect_asks_whether_a_gateway_runs(gw: Server) -> None:
+    port = gw.port
+    await gw.shutdown()
+    chat = await Chat.start(port, "--uid", "31", "--peer", "32")
+    try:
+        _, err = await asyncio.wait_for(chat.proc.communicate(), WAIT_S)
+    finally:
+        await chat.kill()
+    assert chat.proc.returncode == 1
+    assert err.decode().strip().endswith("; is `imgw serve` running there? (--addr says where)"), (
+        err
+    )
+
+
+async def test_a_lost_connection_is_shown_and_so_is_its_return(gw: Server) -> None:
+    proxy = TcpProxy("127.0.0.1", gw.port)  # cut: as a gateway killed with -9 looks
+    await proxy.start()
+    chat = await Chat.start(proxy.port, "--uid", "51", "--peer", "52")
+    try:
+        async with client(gw, 52) as peer:
+            conv_id = await peer.open_p2p(51)
+            await chat.until("/quit to exit")
+            proxy.cut()
+            await chat.until("* connection to the gateway lost; reconnecting")
+            await chat.type("typed while down")
+            await chat.until('(pending) "typed while down": sent once the gateway acks it')
+            for text in (b"missed one", b"missed two"):
+                await peer.send(conv_id, text)
+            proxy.restore()
+            await chat.until("* reconnected to test-node; catching up")
+            await chat.until("* back: 2 missed messages caught up")
+            await chat.until('(sent) "typed while down"')
+            history = await peer.history(conv_id)
+            assert history.msgs[-1].content == b"typed while down"
+        assert await chat.quit() == (0, "")
+    finally:
+        await chat.kill()
+        await proxy.close()
+    after = chat.lines[chat.lines.index("* reconnected to test-node; catching up") :]
+    missed = [line.split("] ", 1)[1] for line in after if line.startswith("[")]
+    assert missed == ["52: missed one", "52: missed two"]
+    assert after.index("* back: 2 missed messages caught up") > max(
+        i for i, line in enumerate(after) if "52: missed two" in line
+    )
