@@ -404,6 +404,7 @@ BUILTIN_COMMANDS: Final = frozenset(COMMAND_HELP)
 KNOWN_PLUGINS: Final = {
     # name: (its help in `imgw --help`, the extra of imgw that installs it)
     "bench": ("load the gateway: connect, chat, group, storm, offline", "bench"),
+    "archive": ("move old messages to Parquet files (run), rows per tier (status)", ""),
 }
 """Plugin commands listed by `imgw --help` even when not installed, so that running one
 says what to install."""

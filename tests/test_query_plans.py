@@ -7,8 +7,9 @@ API: the SYNC pages a login is followed by (first page, `after` cursor, changed_
 two at once), SEND batches (with a resend of a stored message, an in-batch duplicate, a
 sender no longer a member, and a full batcher-sized batch), PULL and HISTORY, recall,
 read and delivered positions (and their flushes), p2p and group creation, membership
-changes, member and seq lookups, and housekeeping. (LOGIN itself only touches the route
-store, which runs no SQL.)
+changes, member and seq lookups, and housekeeping; then an `imgw archive run` (its
+statements planned too) and HISTORY and PULL pages read back through the archive index.
+(LOGIN itself only touches the route store, which runs no SQL.)
 
 Every statement the store executed is captured (SQLite: the trace callback of both
 connections, parameters bound; MariaDB: the text asyncmy sent, parameters interpolated
@@ -48,6 +49,8 @@ import pytest
 
 from gateway.config import Config
 from protocol.ops import ConvKind, MsgType
+from storage.archive.index import SqliteIndex
+from storage.archive.mysqlindex import MySQLIndex
 from storage.embedded import EmbeddedStore
 from storage.embedded import schema as sqlite_schema
 from storage.models import AppendStatus, NewMessage, RecallStatus
@@ -492,6 +495,23 @@ async def workload(api: Calls, data: Data) -> dict[str, Any]:
     return {"p2p": p2p, "group": group, "b": b}
 
 
+async def archive_and_read(api: Calls, index: Any, captured: Captured, url: str) -> None:
+    """`imgw archive run` moves the conversations quiet for over 48 h (conv_id % 50 == 0)
+    to the archive; HISTORY and PULL then read them through the archive index."""
+    from storage.archive.run import archive_run
+
+    captured.current = "archive_run"
+    try:
+        report = await archive_run(index, url, older_than_ms=48 * HOUR + HOUR // 2)
+    finally:
+        captured.current = "(outside the workload)"
+    assert report.rows > 0 and not report.failures and report.conversations == 8
+    msgs, more = await api.read_before(50, 0, 3, min_seq=0, max_seq=None)
+    assert len(msgs) == 3 and more
+    msgs, _ = await api.read_after(50, 0, 3, min_seq=1, max_seq=None)
+    assert [m.seq for m in msgs] == [1, 2, 3]
+
+
 # -- SQLite ---------------------------------------------------------------------------------
 
 
@@ -578,14 +598,21 @@ async def test_sqlite_hot_paths_search_indexes(
     store, path, data = embedded
     captured = Captured()
     assert store._wconn is not None and store._rconn is not None
-    for conn in (store._wconn, store._rconn):
+    index = SqliteIndex(path, clock=store.now_ms)
+    await index.open()
+    conns = (store._wconn, store._rconn, index._conn)
+    for conn in conns:
+        assert conn is not None
         conn.set_trace_callback(captured.add)
     try:
         api = Calls(store, captured)
         await workload(api, data)
+        await archive_and_read(api, index, captured, (Path(path).parent / "arch").as_uri())
     finally:
-        for conn in (store._wconn, store._rconn):
+        for conn in conns:
+            assert conn is not None
             conn.set_trace_callback(None)
+        await index.close()
 
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -734,7 +761,7 @@ MYSQL_READS = EMBEDDED_READS - {"create_group"} | {
 
 
 async def test_mariadb_hot_paths_search_indexes(
-    mysql_store: tuple[MySQLStore, Data], monkeypatch: pytest.MonkeyPatch
+    mysql_store: tuple[MySQLStore, Data], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     store, data = mysql_store
     captured = Captured()
@@ -763,6 +790,12 @@ async def test_mariadb_hot_paths_search_indexes(
         )
         await api.flush_delivered([(data.group, data.group_member, "pc", 3, now)])
         assert await api.prune_dedup() == 0  # maintain() pruned the 48 h old ones
+        index = MySQLIndex(store.settings, clock=store.now_ms)
+        await index.open()
+        try:
+            await archive_and_read(api, index, captured, (tmp_path / "arch").as_uri())
+        finally:
+            await index.close()
 
     growing, plans = await mariadb_plans(store.settings, captured)
     assert growing >= {"im_send_dedup", "im_conv_member", "im_delivered", message_table(0)}

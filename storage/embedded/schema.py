@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: im_archive, im_archive_sent, im_meta (storage/archive)
 
 _DDL: Final = """
 CREATE TABLE IF NOT EXISTS im_conversation (
@@ -56,6 +56,37 @@ CREATE TABLE IF NOT EXISTS im_delivered (
     seq        INTEGER NOT NULL,
     updated_ms INTEGER NOT NULL,
     PRIMARY KEY (uid, device, conv_id)
+) WITHOUT ROWID;
+-- The archive index (storage/archive/index.py): one row per archived batch of a
+-- conversation, seqs seq_lo..seq_hi in file_key under the archive URL root.
+CREATE TABLE IF NOT EXISTS im_archive (
+    conv_id    INTEGER NOT NULL,
+    seq_lo     INTEGER NOT NULL,
+    seq_hi     INTEGER NOT NULL,
+    root       TEXT NOT NULL,
+    file_key   TEXT NOT NULL,
+    n_rows     INTEGER NOT NULL,
+    n_bytes    INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (conv_id, seq_lo)
+) WITHOUT ROWID;
+-- Archived client sends still inside the idempotency window (48 h), so a retried SEND
+-- finds its original; pruned by the store's housekeeping.
+CREATE TABLE IF NOT EXISTS im_archive_sent (
+    sender_uid    INTEGER NOT NULL,
+    client_msg_id TEXT NOT NULL,
+    conv_id       INTEGER NOT NULL,
+    seq           INTEGER NOT NULL,
+    msg_id        INTEGER NOT NULL,
+    msg_type      INTEGER NOT NULL,
+    content       BLOB NOT NULL,
+    send_ms       INTEGER NOT NULL,
+    PRIMARY KEY (sender_uid, client_msg_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS im_archive_sent_ms ON im_archive_sent (send_ms);
+CREATE TABLE IF NOT EXISTS im_meta (
+    name  TEXT NOT NULL PRIMARY KEY,
+    value TEXT NOT NULL
 ) WITHOUT ROWID;
 """
 

@@ -21,6 +21,8 @@ from typing import Any, Final, ParamSpec, TypeVar
 import msgpack
 
 from protocol.ops import ConvKind, MsgType
+from storage.archive import tiered
+from storage.archive.index import FILES_SQL, SENT_KEEP_MS, SENT_SQL, ArchiveFile
 from storage.embedded.schema import connect, migrate
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change
@@ -174,7 +176,15 @@ class EmbeddedStore:
         return self._clock()
 
     async def maintain(self) -> None:
-        """Nothing to do: the idempotency records are the message rows themselves."""
+        """The idempotency records are the message rows themselves; those of archived
+        messages (im_archive_sent) go once past the window."""
+
+        def body(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "DELETE FROM im_archive_sent WHERE send_ms < ?", (self._clock() - SENT_KEEP_MS,)
+            )
+
+        await self._wtx(body)
 
     def durability(self) -> dict[str, str]:
         return {"engine": "sqlite", "journal_mode": "wal", "synchronous": "full"}
@@ -558,6 +568,8 @@ class EmbeddedStore:
             "WHERE sender_uid=? AND client_msg_id=? AND client_msg_id <> ''",
             (_s(sender), cmid),
         ).fetchone()
+        if row is None:  # archived within the idempotency window (storage/archive)
+            row = conn.execute(SENT_SQL.format(p="?"), (_s(sender), cmid)).fetchone()
         return _msg(row) if row else None
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
@@ -583,7 +595,20 @@ class EmbeddedStore:
             ).fetchall()
 
         rows = await self._r(q)
-        return [_msg(r) for r in rows[:limit]], len(rows) > limit
+        hot = [_msg(r) for r in rows[:limit]], len(rows) > limit
+        return await tiered.read_after(conv_id, lo, hi, limit, hot, self._archived)
+
+    async def _archived(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
+        """The archive files holding seqs lo..hi of the conversation (storage/archive)."""
+
+        def q() -> list[ArchiveFile]:
+            assert self._rconn is not None
+            rows = self._rconn.execute(
+                FILES_SQL.format(p="?"), (conv_id, min(hi, _I64_MAX), lo)
+            ).fetchall()
+            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in rows]
+
+        return await self._r(q)
 
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
@@ -601,7 +626,8 @@ class EmbeddedStore:
             ).fetchall()
 
         rows = await self._r(q)
-        return [_msg(r) for r in reversed(rows[:limit])], len(rows) > limit
+        hot = [_msg(r) for r in reversed(rows[:limit])], len(rows) > limit
+        return await tiered.read_before(conv_id, min_seq, hi, limit, hot, self._archived)
 
     async def recall(
         self, conv_id: int, seq: int, by: int, *, window_ms: int, min_seq: int

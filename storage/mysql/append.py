@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from storage.archive.index import SENT_SQL
 from storage.errors import StoreOutcomeUnknown, StoreUnavailable
 from storage.models import AppendResult, NewMessage, StoredMessage
 from storage.mysql import sql
@@ -51,6 +52,9 @@ async def load_sent(
             f"WHERE conv_id={int(conv_id)} AND seq={int(seq)}"
         )
         row = await cur.fetchone()
+        if row is None:  # archived within the idempotency window (storage/archive)
+            await cur.execute(SENT_SQL.format(p="%s"), (int(sender), bytes(cmid)))
+            row = await cur.fetchone()
         if row is not None:
             found[(int(sender), bytes(cmid).decode())] = sql.message_of(row)
     return found

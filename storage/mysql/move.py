@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 # The tables whose rows of a conversation live on the server of its shard.
 COLOCATED: Final = ("im_conversation", "im_conv_seq", "im_conv_member", "im_send_dedup",
-                    "im_delivered")  # fmt: skip
+                    "im_delivered", "im_archive", "im_archive_sent")  # fmt: skip
 _PAGE: Final = 2000  # rows copied per INSERT
 
 
@@ -106,6 +106,8 @@ _KEYS: Final = {
     "im_conv_member": "conv_id, uid",
     "im_send_dedup": "sender_uid, client_msg_id",
     "im_delivered": "uid, device, conv_id",
+    "im_archive": "conv_id, seq_lo",  # storage/archive: the index travels with the shard
+    "im_archive_sent": "sender_uid, client_msg_id",
 }
 
 

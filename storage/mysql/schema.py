@@ -33,8 +33,9 @@ if TYPE_CHECKING:
 
     from storage.mysql.settings import MySQLSettings
 
-# 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map
-SCHEMA_VERSION: Final = 4
+# 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
+# 5: im_archive, im_archive_sent (storage/archive)
+SCHEMA_VERSION: Final = 5
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -108,6 +109,33 @@ _TABLES: Final = [
         expires_ms BIGINT NOT NULL,
         claimed_by VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
         KEY k_expires (expires_ms)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # The archive index (storage/archive/index.py): one row per archived batch of a
+    # conversation, seqs seq_lo..seq_hi in file_key under the archive URL root.
+    """CREATE TABLE IF NOT EXISTS im_archive (
+        conv_id    BIGINT UNSIGNED NOT NULL,
+        seq_lo     BIGINT UNSIGNED NOT NULL,
+        seq_hi     BIGINT UNSIGNED NOT NULL,
+        root       VARCHAR(1024) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        file_key   VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        n_rows     INT UNSIGNED NOT NULL,
+        n_bytes    BIGINT UNSIGNED NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (conv_id, seq_lo)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # Archived client sends still inside the idempotency window (as im_send_dedup, 48 h):
+    # a retried SEND whose message was archived finds its original here.
+    """CREATE TABLE IF NOT EXISTS im_archive_sent (
+        sender_uid    BIGINT UNSIGNED NOT NULL,
+        client_msg_id VARBINARY(64) NOT NULL,
+        conv_id       BIGINT UNSIGNED NOT NULL,
+        seq           BIGINT UNSIGNED NOT NULL,
+        msg_id        BIGINT UNSIGNED NOT NULL,
+        msg_type      TINYINT UNSIGNED NOT NULL,
+        content       VARBINARY(16384) NOT NULL,
+        send_ms       BIGINT NOT NULL,
+        PRIMARY KEY (sender_uid, client_msg_id),
+        KEY k_send_ms (send_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     MAP_DDL,
 ]

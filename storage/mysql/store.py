@@ -39,6 +39,8 @@ import msgpack
 from asyncmy import errors as db_errors
 
 from protocol.ops import ConvKind, MsgType
+from storage.archive import tiered
+from storage.archive.index import FILES_SQL, ArchiveFile
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change
 from storage.models import (
@@ -69,7 +71,7 @@ from storage.mysql.shardmap import (
     server_settings,
 )
 from storage.mysql.sync import SyncBatcher
-from storage.mysql.transactions import Cursor, Row, Transactions, rowcount
+from storage.mysql.transactions import Cursor, Row, Transactions, next_rows, rowcount
 from storage.rules import (
     RecallTarget,
     SendKey,
@@ -292,7 +294,12 @@ class MySQLStore:
                 "DELETE FROM im_send_dedup WHERE created_ms < %s LIMIT %s",
                 (self._clock() - keep_ms, limit),
             )
-            return rowcount(cur)
+            gone = rowcount(cur)
+            await cur.execute(  # the records of archived sends (storage/archive)
+                "DELETE FROM im_archive_sent WHERE send_ms < %s LIMIT %s",
+                (self._clock() - keep_ms, limit),
+            )
+            return gone
 
         return sum(await self._each(lambda x: x.db.run(body)))
 
@@ -706,20 +713,50 @@ class MySQLStore:
         lo = max(after_seq + 1, min_seq)
         hi = max_seq if max_seq is not None else (1 << 64) - 1
 
+        rows, top = await self._hot_page(
+            conv_id,
+            f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+            "AND seq BETWEEN %s AND %s ORDER BY seq LIMIT %s",
+            (conv_id, min(lo, (1 << 64) - 1), hi, limit + 1),
+        )
+        hot = [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
+        return await tiered.read_after(conv_id, lo, hi, limit, hot, self._archived, top)
+
+    async def _hot_page(
+        self, conv_id: int, query: str, params: tuple[int, ...]
+    ) -> tuple[list[Row], int | None]:
+        """The hot rows of a PULL/HISTORY page query and, when the primary answers, the
+        conversation's highest archived seq (0: none) in the same round trip: a page
+        needs the archive only below it (storage/archive/tiered.py). From a read
+        replica (`_page`), the rows only (None: the archive index is asked if needed)."""
+        server = self._at(conv_id)
+        if server.replica is None:  # no read replica: one round trip
+
+            async def both(cur: Cursor) -> tuple[list[Row], int]:
+                await cur.execute(
+                    cur.mogrify(query, params) + ";SELECT COALESCE(MAX(seq_hi), 0) "
+                    f"FROM im_archive WHERE conv_id={int(conv_id)}"
+                )
+                rows = list(await cur.fetchall())
+                return rows, int((await next_rows(cur))[0][0])
+
+            return await server.db.run(both, tx=False)
+
         async def q(cur: Cursor) -> list[Row]:
-            await cur.execute(
-                f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
-                "AND seq BETWEEN %s AND %s ORDER BY seq LIMIT %s",
-                (conv_id, min(lo, (1 << 64) - 1), hi, limit + 1),
-            )
+            await cur.execute(query, params)
             return list(await cur.fetchall())
 
-        server = self._at(conv_id)
-        if server.replica is None:  # no read replica: the old path, no extra await
-            rows = await server.db.run(q, tx=False)
-        else:
-            rows = await self._page(server, conv_id, q)
-        return [sql.message_of(r) for r in rows[:limit]], len(rows) > limit
+        return await self._page(server, conv_id, q), None
+
+    async def _archived(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
+        """The archive files holding seqs lo..hi of the conversation (storage/archive),
+        from its server's primary (the index commits with the hot delete there)."""
+
+        async def q(cur: Cursor) -> list[ArchiveFile]:
+            await cur.execute(FILES_SQL.format(p="%s"), (conv_id, hi, lo))
+            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in await cur.fetchall()]
+
+        return await self._at(conv_id).db.run(q, tx=False)
 
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
@@ -728,20 +765,14 @@ class MySQLStore:
         if max_seq is not None:
             hi = min(hi, max_seq)
 
-        async def q(cur: Cursor) -> list[Row]:
-            await cur.execute(
-                f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
-                "AND seq BETWEEN %s AND %s ORDER BY seq DESC LIMIT %s",
-                (conv_id, min_seq, hi, limit + 1),
-            )
-            return list(await cur.fetchall())
-
-        server = self._at(conv_id)
-        if server.replica is None:  # no read replica: the old path, no extra await
-            rows = await server.db.run(q, tx=False)
-        else:
-            rows = await self._page(server, conv_id, q)
-        return [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
+        rows, top = await self._hot_page(
+            conv_id,
+            f"SELECT {sql.MSG_COLS} FROM {self.shard_of(conv_id)} WHERE conv_id=%s "
+            "AND seq BETWEEN %s AND %s ORDER BY seq DESC LIMIT %s",
+            (conv_id, min_seq, hi, limit + 1),
+        )
+        hot = [sql.message_of(r) for r in reversed(rows[:limit])], len(rows) > limit
+        return await tiered.read_before(conv_id, min_seq, hi, limit, hot, self._archived, top)
 
     async def _page(
         self, server: _Server, conv_id: int, q: Callable[[Cursor], Awaitable[list[Row]]]

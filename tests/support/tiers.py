@@ -27,6 +27,8 @@ TESTS = Path(__file__).resolve().parent.parent
 # Directories and files (relative to tests/) whose every test is a service or process test.
 SLOW_PATHS = (
     "amqp/",  # RabbitMQ
+    "archive/test_archive_mysql.py",  # MariaDB and Redis
+    "archive/test_archive_kill.py",  # `imgw archive run` subprocesses, killed
     "cluster/",  # gateway processes on MariaDB + Redis + RabbitMQ
     "e2e/",  # gateways on real sockets: in-process on every backend, or processes
     "faults/",  # MariaDB and Redis through fault-injecting proxies

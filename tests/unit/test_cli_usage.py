@@ -29,7 +29,7 @@ def test_bare_imgw_lists_every_command_with_one_line_each(
         for line in err.splitlines()
         if line.startswith("  ")
     }
-    assert set(listed) == {*cli.BUILTIN_COMMANDS, "bench"}  # the plugin command too
+    assert set(listed) == {*cli.BUILTIN_COMMANDS, *cli.KNOWN_PLUGINS}  # the plugin commands too
     assert listed["serve"] == "run a gateway node"
     assert listed["bench"].startswith("load the gateway")
     assert "the following arguments are required" not in err

@@ -1,0 +1,182 @@
+"""`imgw archive`: move old messages to Parquet files (`run`) and show the tiers (`status`).
+
+Registered as an `imgw.commands` entry point (gateway/cli.py runs it). The store options
+are `imgw serve`'s (`--data-dir`, `--store`, `--config`), read the same way.
+
+    imgw archive run --older-than 180d [--to URL] [--rate ROWS_PER_S]
+    imgw archive status
+
+`--to` is `file:///path` or `s3://bucket/prefix?endpoint=http://host:port`; the default,
+for the embedded store only, is `file://<data-dir>/archive`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from gateway.config import ConfigError, load
+
+if TYPE_CHECKING:
+    from storage.archive.index import ArchiveIndex
+
+_UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_age(text: str) -> int:
+    """`180d`, `12h`, `30m`, `90s`, `500ms`, `0s` -> milliseconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*", text)
+    if m is None:
+        raise argparse.ArgumentTypeError(f"bad age {text!r}: use e.g. 180d, 12h, 30m, 0s")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def _store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file with settings (keys as the long flags)")
+    p.add_argument("--data-dir", help="embedded store directory (as imgw serve)")
+    p.add_argument("--store", help="authoritative store URL (default sqlite:///<data-dir>/imgw.db)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="imgw archive",
+        description="Move messages older than an age out of the hot store into Parquet "
+        "files on object storage; HISTORY and PULL keep answering them.",
+    )
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = sub.add_parser("run", help="archive messages older than --older-than")
+    _store_args(run)
+    run.add_argument(
+        "--older-than", type=parse_age, required=True, metavar="AGE",
+        help="archive messages sent longer ago than this (180d; 0s: everything)",
+    )  # fmt: skip
+    run.add_argument(
+        "--to", metavar="URL",
+        help="file:///path or s3://bucket/prefix?endpoint=http://host:port "
+        "(default for the embedded store: file://<data-dir>/archive)",
+    )  # fmt: skip
+    run.add_argument("--rate", type=float, help="rows a second at most (default: no limit)")
+    status = sub.add_parser("status", help="rows and bytes per tier, oldest hot message, last run")
+    _store_args(status)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _open_index(store_url: str) -> ArchiveIndex:
+    from storage.archive.index import SqliteIndex
+    from storage.factory import sqlite_path
+
+    now_ms = lambda: int(time.time() * 1000)  # noqa: E731
+    if store_url.startswith("sqlite://"):
+        path, opts = sqlite_path(store_url)
+        busy = int(opts.get("busy_timeout_ms", "5000"))
+        return SqliteIndex(path, clock=now_ms, busy_timeout_ms=busy)
+    if store_url.startswith("mysql://"):
+        from storage.archive.mysqlindex import MySQLIndex
+        from storage.mysql import MySQLSettings
+
+        return MySQLIndex(MySQLSettings.from_url(store_url), clock=now_ms)
+    raise ValueError(f"unsupported store {store_url!r}: use sqlite:///path or mysql://...")
+
+
+async def _run(args: argparse.Namespace, store_url: str, to: str) -> int:
+    from storage.archive.run import archive_run
+
+    index = _open_index(store_url)
+    await index.open()
+    started = index.now_ms()
+    fields = {"started_ms": str(started), "to": to, "older_than_ms": str(args.older_than)}
+    try:
+        report = await archive_run(index, to, older_than_ms=args.older_than, rate=args.rate)
+    except BaseException as e:
+        fields.update(finished_ms=str(index.now_ms()), error=repr(e))
+        try:
+            await index.set_last_run(fields)
+        finally:
+            await index.close()
+        raise
+    try:
+        fields.update(
+            finished_ms=str(index.now_ms()), rows=str(report.rows), files=str(report.files),
+            bytes=str(report.bytes), failures=str(len(report.failures)),
+            error="; ".join(report.failures)[:255],
+        )  # fmt: skip
+        await index.set_last_run(fields)
+    finally:
+        await index.close()
+    print(
+        f"archived {report.rows} rows of {report.conversations} conversations in "
+        f"{report.files} files ({report.bytes} bytes) to {to}"
+    )
+    for f in report.failures:
+        print(f"imgw archive run: failed, hot rows kept: {f}", file=sys.stderr)
+    return 1 if report.failures else 0
+
+
+async def _status(args: argparse.Namespace, store_url: str) -> int:
+    index = _open_index(store_url)
+    await index.open()
+    try:
+        st = await index.status()
+    finally:
+        await index.close()
+    doc = {
+        "hot": {"rows": st.hot_rows, "bytes": st.hot_bytes, "oldest_ms": st.oldest_hot_ms},
+        "archive": {
+            "rows": st.archived_rows, "bytes": st.archived_bytes, "files": st.archived_files,
+            "conversations": st.archived_conversations,
+        },
+        "last_run": st.last_run or None,
+    }  # fmt: skip
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    oldest = (
+        "none"
+        if st.oldest_hot_ms is None
+        else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(st.oldest_hot_ms / 1000))
+    )
+    print(f"hot:     {st.hot_rows} rows, {st.hot_bytes} bytes, oldest message {oldest}")
+    print(
+        f"archive: {st.archived_rows} rows, {st.archived_bytes} bytes in "
+        f"{st.archived_files} files of {st.archived_conversations} conversations"
+    )
+    if st.last_run:
+        print("last run: " + ", ".join(f"{k}={v}" for k, v in sorted(st.last_run.items())))
+    else:
+        print("last run: never")
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    args = build_parser().parse_args(list(argv))
+    from storage.archive.objects import ArchiveUrlError
+    from storage.errors import StoreUnavailable
+
+    try:
+        cfg = load({"data_dir": args.data_dir, "store": args.store}, config_file=args.config)
+        store_url = cfg.store_url()
+        if args.action == "run":
+            to = args.to
+            if to is None:
+                if not store_url.startswith("sqlite://"):
+                    raise ConfigError("--to is required with a MySQL store")
+                to = (Path(cfg.data_dir).resolve() / "archive").as_uri()
+            from storage.archive.objects import open_location
+
+            open_location(to)  # a bad URL is refused before anything opens
+            return asyncio.run(_run(args, store_url, to))
+        return asyncio.run(_status(args, store_url))
+    except (ConfigError, ArchiveUrlError, ValueError) as e:
+        print(f"imgw archive: {e}", file=sys.stderr)
+        return 2
+    except StoreUnavailable as e:
+        print(f"imgw archive: {e}", file=sys.stderr)
+        return 1

@@ -1,0 +1,340 @@
+"""The archive index, in the store's own database, and the commit that moves a batch.
+
+`im_archive` (created by the store's migration) holds one row per archived batch:
+`(conv_id, seq_lo)` -> `seq_hi`, the archive URL and the file's key, its rows and bytes.
+A conversation's archived batches are always one contiguous run from seq 1 up: the
+mover takes the oldest hot messages first, so every seq at or below the top archived seq
+is in the archive and every seq above it is hot.
+
+Crash safety rests on one transaction: the index row and the delete of the hot rows
+commit together (`ArchiveIndex.commit`), after the file was written and read back. A
+crash before that commit leaves the hot rows and a file no index row names: readers
+never open it, and the next run writes the same batch again (overwriting it when the
+range is the same). A crash after it leaves the batch archived. So nothing is lost and
+nothing is counted twice, wherever the process dies.
+
+The commit re-reads the batch's rows under a write lock (MySQL: `FOR UPDATE`; SQLite:
+`BEGIN IMMEDIATE`) and gives up when any row changed since it was read (a recall that
+landed meanwhile), or when another mover archived the range first: the next loop reads
+the rows again.
+
+`im_archive_sent` keeps, for the idempotency window (48 h), the send of every archived
+client message sent within it, so a retried SEND still gets its original ack (or a
+conflict) when its message was archived at once (`--older-than 0s`); the stores'
+housekeeping prunes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import sqlite3
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final, Protocol, TypeVar
+
+from storage.errors import StoreUnavailable
+from storage.models import StoredMessage
+
+T = TypeVar("T")
+
+SENT_KEEP_MS: Final = 48 * 3600 * 1000  # as im_send_dedup (storage/mysql/store.py)
+LAST_RUN_PREFIX: Final = "archive_last_run."
+
+# The files of a conversation overlapping seqs [lo, hi], in seq order: a range of the
+# primary key (conv_id, seq_lo). Parameters: conv_id, hi, lo.
+FILES_SQL: Final = (
+    "SELECT seq_lo, seq_hi, root, file_key FROM im_archive "
+    "WHERE conv_id={p} AND seq_lo<={p} AND seq_hi>={p} ORDER BY seq_lo"
+)
+# The idempotency record of an archived send. Parameters: sender_uid, client_msg_id.
+SENT_SQL: Final = (
+    "SELECT conv_id, seq, msg_id, sender_uid, msg_type, content, send_ms, client_msg_id "
+    "FROM im_archive_sent WHERE sender_uid={p} AND client_msg_id={p}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedMessage:
+    """A message as archived: the stored message and its recall mark (0, or the seq of
+    the RECALL that recalled it)."""
+
+    msg: StoredMessage
+    recall_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveFile:
+    """One archived batch: seqs seq_lo..seq_hi of a conversation, in `key` under `root`."""
+
+    seq_lo: int
+    seq_hi: int
+    root: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    hot_rows: int
+    hot_bytes: int
+    oldest_hot_ms: int | None
+    archived_rows: int
+    archived_bytes: int
+    archived_files: int
+    archived_conversations: int
+    last_run: dict[str, str]
+
+
+class ArchiveIndex(Protocol):
+    """What the mover needs from a store's database."""
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def now_ms(self) -> int: ...
+
+    async def conversations(self, after: int, limit: int) -> list[int]:
+        """Conversation ids above `after`, ascending, at most `limit`."""
+        ...
+
+    async def archived_top(self, conv_id: int) -> int:
+        """The highest archived seq of the conversation (0: none)."""
+        ...
+
+    async def oldest_hot(self, conv_id: int) -> tuple[int, int] | None:
+        """(seq, send_ms) of the conversation's oldest hot message."""
+        ...
+
+    async def hot_batch(self, conv_id: int, after_seq: int, limit: int) -> list[ArchivedMessage]:
+        """The first `limit` hot messages above `after_seq`, ascending."""
+        ...
+
+    async def commit(
+        self, conv_id: int, rows: Sequence[ArchivedMessage], root: str, key: str, size: int
+    ) -> bool:
+        """In one transaction: check the rows are still as read and the range is next
+        to archive, add the index row, keep the recent sends, delete the hot rows.
+        False (nothing changed) when a check failed."""
+        ...
+
+    async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]: ...
+
+    async def status(self) -> Status: ...
+
+    async def set_last_run(self, fields: dict[str, str]) -> None: ...
+
+
+def _expected(rows: Sequence[ArchivedMessage]) -> list[tuple[int, int, int]]:
+    return [(r.msg.seq, r.msg.msg_type, r.recall_seq) for r in rows]
+
+
+def _recent_sends(rows: Sequence[ArchivedMessage], now: int) -> list[StoredMessage]:
+    return [r.msg for r in rows if r.msg.client_msg_id and r.msg.server_ms > now - SENT_KEEP_MS]
+
+
+# -- SQLite --------------------------------------------------------------------------------
+
+_I64_MAX = (1 << 63) - 1
+
+
+def _s(v: int) -> int:
+    return v - (1 << 64) if v > _I64_MAX else v
+
+
+def _u(v: int) -> int:
+    return v + (1 << 64) if v < 0 else v
+
+
+class SqliteIndex:
+    """The archive index of an embedded store's database file (another process, the
+    gateway, may have it open: SQLite's locks and the busy timeout share it)."""
+
+    def __init__(self, path: str, *, clock: Callable[[], int], busy_timeout_ms: int = 5000):
+        self._path = path
+        self._clock = clock
+        self._busy_ms = busy_timeout_ms
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="imgw-archive-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    async def _do(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            assert self._conn is not None, "index not open"
+            return fn(self._conn)
+
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, call)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"sqlite: {e}") from e
+
+    async def open(self) -> None:
+        from storage.embedded.schema import connect, migrate
+
+        def go() -> None:
+            if not os.path.exists(self._path):
+                raise StoreUnavailable(f"no embedded store at {self._path}")
+            self._conn = connect(self._path, self._busy_ms)
+            migrate(self._conn)
+
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._pool, go)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"sqlite: {e}") from e
+
+    async def close(self) -> None:
+        def go() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._pool, go)
+        self._pool.shutdown(wait=True)
+
+    def now_ms(self) -> int:
+        return self._clock()
+
+    async def conversations(self, after: int, limit: int) -> list[int]:
+        def q(c: sqlite3.Connection) -> list[int]:
+            rows = c.execute(
+                "SELECT conv_id FROM im_conv_seq WHERE conv_id>? ORDER BY conv_id LIMIT ?",
+                (after, limit),
+            ).fetchall()
+            return [int(r[0]) for r in rows]
+
+        return await self._do(q)
+
+    async def archived_top(self, conv_id: int) -> int:
+        def q(c: sqlite3.Connection) -> int:
+            row = c.execute(
+                "SELECT MAX(seq_hi) FROM im_archive WHERE conv_id=?", (conv_id,)
+            ).fetchone()
+            return int(row[0] or 0)
+
+        return await self._do(q)
+
+    async def oldest_hot(self, conv_id: int) -> tuple[int, int] | None:
+        def q(c: sqlite3.Connection) -> tuple[int, int] | None:
+            row = c.execute(
+                "SELECT seq, send_ms FROM im_message WHERE conv_id=? ORDER BY seq LIMIT 1",
+                (conv_id,),
+            ).fetchone()
+            return None if row is None else (int(row[0]), int(row[1]))
+
+        return await self._do(q)
+
+    async def hot_batch(self, conv_id: int, after_seq: int, limit: int) -> list[ArchivedMessage]:
+        def q(c: sqlite3.Connection) -> list[ArchivedMessage]:
+            rows = c.execute(
+                "SELECT conv_id, seq, id, sender_uid, msg_type, content, send_ms, "
+                "client_msg_id, recall_seq FROM im_message WHERE conv_id=? AND seq>? "
+                "ORDER BY seq LIMIT ?",
+                (conv_id, after_seq, limit),
+            ).fetchall()
+            return [
+                ArchivedMessage(
+                    StoredMessage(r[0], r[1], r[2], _u(r[3]), r[4], bytes(r[5]), r[6], r[7]),
+                    int(r[8] or 0),
+                )
+                for r in rows
+            ]
+
+        return await self._do(q)
+
+    async def commit(
+        self, conv_id: int, rows: Sequence[ArchivedMessage], root: str, key: str, size: int
+    ) -> bool:
+        lo, hi = rows[0].msg.seq, rows[-1].msg.seq
+        now = self._clock()
+
+        def tx(c: sqlite3.Connection) -> bool:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                found = c.execute(
+                    "SELECT seq, msg_type, recall_seq FROM im_message "
+                    "WHERE conv_id=? AND seq BETWEEN ? AND ? ORDER BY seq",
+                    (conv_id, lo, hi),
+                ).fetchall()
+                top = c.execute(
+                    "SELECT MAX(seq_hi) FROM im_archive WHERE conv_id=?", (conv_id,)
+                ).fetchone()[0]
+                if [tuple(r) for r in found] != _expected(rows) or (top or 0) != lo - 1:
+                    c.execute("ROLLBACK")
+                    return False
+                c.execute(
+                    "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, n_rows, "
+                    "n_bytes, created_ms) VALUES (?,?,?,?,?,?,?,?)",
+                    (conv_id, lo, hi, root, key, len(rows), size, now),
+                )
+                c.executemany(
+                    "INSERT OR IGNORE INTO im_archive_sent (sender_uid, client_msg_id, conv_id, "
+                    "seq, msg_id, msg_type, content, send_ms) VALUES (?,?,?,?,?,?,?,?)",
+                    [
+                        (_s(m.sender_uid), m.client_msg_id, m.conv_id, m.seq, m.msg_id,
+                         m.msg_type, m.content, m.server_ms)
+                        for m in _recent_sends(rows, now)
+                    ],
+                )  # fmt: skip
+                c.execute(
+                    "DELETE FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ?",
+                    (conv_id, lo, hi),
+                )
+                c.execute("COMMIT")
+                return True
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+
+        return await self._do(tx)
+
+    async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
+        def q(c: sqlite3.Connection) -> list[ArchiveFile]:
+            rows = c.execute(FILES_SQL.format(p="?"), (conv_id, hi, lo)).fetchall()
+            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in rows]
+
+        return await self._do(q)
+
+    async def status(self) -> Status:
+        def q(c: sqlite3.Connection) -> Status:
+            hot, oldest = c.execute("SELECT COUNT(*), MIN(send_ms) FROM im_message").fetchone()
+            files, convs, rows, size = c.execute(
+                "SELECT COUNT(*), COUNT(DISTINCT conv_id), COALESCE(SUM(n_rows), 0), "
+                "COALESCE(SUM(n_bytes), 0) FROM im_archive"
+            ).fetchone()
+            last = c.execute(
+                "SELECT name, value FROM im_meta WHERE name LIKE ?", (LAST_RUN_PREFIX + "%",)
+            ).fetchall()
+            db_bytes = sum(
+                os.path.getsize(p) for p in (self._path, self._path + "-wal") if os.path.exists(p)
+            )
+            return Status(
+                int(hot), db_bytes, None if oldest is None else int(oldest), int(rows),
+                int(size), int(files), int(convs),
+                {n[len(LAST_RUN_PREFIX):]: v for n, v in last},
+            )  # fmt: skip
+
+        return await self._do(q)
+
+    async def set_last_run(self, fields: dict[str, str]) -> None:
+        def q(c: sqlite3.Connection) -> None:
+            c.execute("BEGIN IMMEDIATE")
+            c.execute("DELETE FROM im_meta WHERE name LIKE ?", (LAST_RUN_PREFIX + "%",))
+            c.executemany(
+                "INSERT INTO im_meta (name, value) VALUES (?,?)",
+                [(LAST_RUN_PREFIX + k, v[:255]) for k, v in fields.items()],
+            )
+            c.execute("COMMIT")
+
+        await self._do(q)
+
+
+# -- MySQL ---------------------------------------------------------------------------------
+
+
+def run_blocking(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """`fn(*args)` in the default thread pool (file I/O of the archive)."""
+    return asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))

@@ -1,0 +1,184 @@
+"""Archive URLs and the Parquet files of archived messages.
+
+Two schemes:
+
+- `file:///abs/path`: a directory on this machine (the default for the embedded store:
+  `<data-dir>/archive`);
+- `s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1`: S3 or an
+  S3-compatible store (MinIO, Ceph), through pyarrow's S3 filesystem. Credentials are
+  never part of the URL (it is stored in the archive index): the usual AWS sources
+  (`AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`, profiles, instance roles) apply.
+
+A conversation's messages go to `<prefix>/conv_id=<n>/<seq_lo>-<seq_hi>.parquet`, one file
+per batch, holding every column of the hot row (recalled messages as recalled). Every
+function here blocks: callers run them in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from storage.archive.index import ArchivedMessage
+from storage.models import StoredMessage
+
+SCHEMA: Final = pa.schema(
+    [
+        ("conv_id", pa.uint64()),
+        ("seq", pa.uint64()),
+        ("msg_id", pa.uint64()),
+        ("sender_uid", pa.uint64()),
+        ("msg_type", pa.uint8()),
+        ("content", pa.binary()),
+        ("server_ms", pa.int64()),
+        ("client_msg_id", pa.string()),
+        ("recall_seq", pa.uint64()),  # 0, or the seq of the RECALL that recalled it
+    ]
+)
+
+
+class ArchiveUrlError(ValueError):
+    """An archive URL this build cannot open."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where an archive lives: a pyarrow filesystem and the base path in it."""
+
+    url: str
+    fs: Any  # pyarrow.fs.FileSystem (untyped library)
+    base: str
+
+    def path(self, key: str) -> str:
+        return f"{self.base.rstrip('/')}/{key}"
+
+
+def file_key(conv_id: int, seq_lo: int, seq_hi: int) -> str:
+    """The key (relative to the archive's base) of a batch's file."""
+    return f"conv_id={conv_id}/{seq_lo}-{seq_hi}.parquet"
+
+
+_locations: dict[str, Location] = {}
+_lock = threading.Lock()
+
+
+def open_location(url: str) -> Location:
+    """The location of an archive URL (filesystems are cached per URL)."""
+    with _lock:
+        loc = _locations.get(url)
+        if loc is None:
+            loc = _locations[url] = _open(url)
+        return loc
+
+
+def _open(url: str) -> Location:
+    parts = urlsplit(url)
+    opts = dict(parse_qsl(parts.query))
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise ArchiveUrlError(f"bad archive URL {url!r}: use file:///absolute/path")
+        if opts:
+            raise ArchiveUrlError(f"unknown file:// options {sorted(opts)} in {url!r}")
+        return Location(url, pafs.LocalFileSystem(), unquote(parts.path))
+    if parts.scheme == "s3":
+        bucket = parts.netloc
+        if not bucket or "@" in bucket:
+            raise ArchiveUrlError(
+                f"bad archive URL {url!r}: use s3://bucket/prefix?endpoint=http://host:port "
+                "(credentials from the environment, never in the URL)"
+            )
+        kwargs: dict[str, Any] = {}
+        if "endpoint" in opts:
+            kwargs["endpoint_override"] = opts.pop("endpoint")
+        if "region" in opts:
+            kwargs["region"] = opts.pop("region")
+        if opts:
+            raise ArchiveUrlError(f"unknown s3:// options {sorted(opts)} in {url!r}")
+        try:
+            fs = pafs.S3FileSystem(**kwargs)
+        except (ValueError, OSError) as e:
+            raise ArchiveUrlError(f"cannot open {url!r}: {e}") from e
+        prefix = unquote(parts.path).strip("/")
+        return Location(url, fs, f"{bucket}/{prefix}" if prefix else bucket)
+    raise ArchiveUrlError(
+        f"unsupported archive URL {url!r}: use file:///path or s3://bucket/prefix?endpoint=..."
+    )
+
+
+def _table(rows: Sequence[ArchivedMessage]) -> pa.Table:
+    return pa.table(
+        {
+            "conv_id": [r.msg.conv_id for r in rows],
+            "seq": [r.msg.seq for r in rows],
+            "msg_id": [r.msg.msg_id for r in rows],
+            "sender_uid": [r.msg.sender_uid for r in rows],
+            "msg_type": [r.msg.msg_type for r in rows],
+            "content": [r.msg.content for r in rows],
+            "server_ms": [r.msg.server_ms for r in rows],
+            "client_msg_id": [r.msg.client_msg_id for r in rows],
+            "recall_seq": [r.recall_seq for r in rows],
+        },
+        schema=SCHEMA,
+    )
+
+
+def write_file(loc: Location, key: str, rows: Sequence[ArchivedMessage]) -> int:
+    """Write `rows` to `key` (replacing a file left there by an interrupted run), read it
+    back and check it holds exactly these rows; the file's size in bytes. Raises OSError
+    (or ValueError when the read-back differs) and then the hot rows must stay."""
+    path = loc.path(key)
+    if isinstance(loc.fs, pafs.LocalFileSystem):  # S3 has no directories (nor markers)
+        loc.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+    pq.write_table(_table(rows), path, filesystem=loc.fs, compression="zstd")
+    if isinstance(loc.fs, pafs.LocalFileSystem):
+        _fsync(path)  # on disk before the index row commits: a power cut keeps it too
+    back = read_file(loc, key)
+    if len(back) != len(rows):
+        raise ValueError(f"{path}: read back {len(back)} rows, wrote {len(rows)}")
+    if [(b.msg, b.recall_seq) for b in back] != [(r.msg, r.recall_seq) for r in rows]:
+        raise ValueError(f"{path}: read back differs from what was written")
+    size: int = loc.fs.get_file_info(path).size
+    return size
+
+
+def _fsync(path: str) -> None:
+    """Flush a local file, its entry in its directory (`conv_id=<n>`) and that
+    directory's entry in the archive's directory to disk."""
+    conv_dir = os.path.dirname(path)
+    for target in (path, conv_dir, os.path.dirname(conv_dir)):
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def read_file(loc: Location, key: str) -> list[ArchivedMessage]:
+    """Every row of one archive file, in seq order."""
+    table = pq.read_table(loc.path(key), filesystem=loc.fs, schema=SCHEMA)
+    cols = table.to_pydict()
+    out = [
+        ArchivedMessage(
+            StoredMessage(conv, seq, mid, sender, mtype, content, ms, cmid or ""), recall
+        )
+        for conv, seq, mid, sender, mtype, content, ms, cmid, recall in zip(
+            cols["conv_id"], cols["seq"], cols["msg_id"], cols["sender_uid"],
+            cols["msg_type"], cols["content"], cols["server_ms"], cols["client_msg_id"],
+            cols["recall_seq"], strict=True,
+        )
+    ]  # fmt: skip
+    out.sort(key=lambda a: a.msg.seq)
+    return out
+
+
+def file_exists(loc: Location, key: str) -> bool:
+    info = loc.fs.get_file_info(loc.path(key))
+    return bool(info.type == pafs.FileType.File)
