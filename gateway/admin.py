@@ -1,10 +1,11 @@
 """The admin HTTP listener: GET /healthz (alive), GET /readyz (accepting), GET /metrics
 (Prometheus), POST /drain[?rate=PER_S&hint=HOST:PORT] (drain this node and exit; what
 `imgw drain --admin` calls), POST /revoke?uid=N[&device=D] (revoke tokens, kick the
-sessions on every node; what `imgw revoke` calls). Actions (every method but GET) need
+sessions on every node; what `imgw revoke` calls), and the server API under /api/v1/
+(gateway/api.py, docs/api.md). Actions (every method but GET) and every API call need
 `Authorization: Bearer <admin_token>` when a token is configured (the config refuses a
-non-loopback admin address without one). A deliberately tiny HTTP/1.0 responder: one request, one
-response, close."""
+non-loopback admin address without one). A deliberately tiny HTTP/1.0 responder: one
+request (a body only with Content-Length, at most MAX_BODY bytes), one response, close."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
+from gateway import api
+from protocol.ops import ErrorCode
 from protocol.token import DEVICE_RE
 from storage.errors import BackendUnavailable
 
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 
 DrainHandler = Callable[[float | None, str | None], None]
 MAX_HEADERS = 64
+MAX_BODY = 256 * 1024
 
 
 class AdminServer:
@@ -41,6 +45,7 @@ class AdminServer:
         self._port = port
         self._on_drain = on_drain
         self._server: asyncio.Server | None = None
+        self.api = api.Api(node)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, self._host, self._port)
@@ -54,22 +59,37 @@ class AdminServer:
         try:
             async with asyncio.timeout(5):
                 line = await reader.readline()
+                parts = line.decode("latin-1").split()
                 bearer = ""
+                length = 0
+                expect = False
                 for _ in range(MAX_HEADERS):
                     header = (await reader.readline()).decode("latin-1").strip()
                     if not header:
                         break
                     name, _, value = header.partition(":")
-                    if name.strip().lower() == "authorization":
-                        scheme, _, cred = value.strip().partition(" ")
+                    name, value = name.strip().lower(), value.strip()
+                    if name == "authorization":
+                        scheme, _, cred = value.partition(" ")
                         if scheme.lower() == "bearer":
                             bearer = cred.strip()
-            parts = line.decode("latin-1").split()
+                    elif name == "content-length":
+                        length = int(value) if value.isdigit() else -1
+                    elif name == "expect":
+                        expect = value.lower() == "100-continue"
+                request_body = b""
+                if 0 < length <= MAX_BODY:
+                    if expect and parts[2:3] == ["HTTP/1.1"]:  # curl, for bodies over 1 KiB
+                        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    request_body = await reader.readexactly(length)
             method = parts[0] if parts else "GET"
             target = parts[1] if len(parts) >= 2 else "/"
-            if method != "GET" and not self._authorized(bearer):
+            path = urlsplit(target).path
+            if path.startswith(api.PREFIX):
+                status, ctype, body = await self._api(method, target, bearer, length, request_body)
+            elif method != "GET" and not self._authorized(bearer):
                 status, ctype, body = "401 Unauthorized", "text/plain", b"admin token needed\n"
-            elif urlsplit(target).path == "/revoke":
+            elif path == "/revoke":
                 status, ctype, body = await self._revoke(method, urlsplit(target).query)
             else:
                 status, ctype, body = self._route(method, target)
@@ -79,10 +99,27 @@ class AdminServer:
             )
             writer.write(head.encode() + body)
             await writer.drain()
-        except (TimeoutError, ConnectionError):
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+
+    async def _api(
+        self, method: str, target: str, bearer: str, length: int, body: bytes
+    ) -> tuple[str, str, bytes]:
+        """A server API call: every method needs the token (reads show messages)."""
+        url = urlsplit(target)
+        if not self._authorized(bearer):
+            status = 401
+            answer = api.error_body(ErrorCode.AUTH_FAILED, "Authorization: Bearer <token> needed")
+        elif length < 0 or length > MAX_BODY:
+            status = 413
+            answer = api.error_body(
+                ErrorCode.BAD_REQUEST, f"the body must have a Content-Length of 0..{MAX_BODY}"
+            )
+        else:
+            status, answer = await self.api.handle(method, url.path, url.query, body)
+        return api.http_status(status), "application/json", api.dumps(answer)
 
     def _authorized(self, bearer: str) -> bool:
         if not self._token:

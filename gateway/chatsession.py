@@ -12,9 +12,9 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.chatview import Receipts, quote, render
+from gateway.chatview import Receipts, quote, render, render_notice
 from gateway.client import Client, ClientError, Event, SessionEnded, kick_name
-from protocol.frames import Error, Kick, MsgRecord, Push, ReadNotify
+from protocol.frames import Error, Kick, MsgRecord, Notice, Push, ReadNotify
 from protocol.ops import KickReason, MsgType
 
 HISTORY_LINES: Final = 20
@@ -188,6 +188,8 @@ class ChatSession:
                 line = self.receipts.read(frame.reader_uid, frame.seq)
                 if line is not None:
                     say(line)
+        elif isinstance(frame, Notice):
+            say(render_notice(frame))
         elif isinstance(frame, Kick):
             why = kick_name(frame.reason) + (f": {frame.text}" if frame.text else "")
             self.kicked = frame.reason in _RECONNECTING

@@ -8,7 +8,7 @@ from typing import Final
 
 import msgpack
 
-from protocol.frames import MsgRecord, Push
+from protocol.frames import MsgRecord, Notice, Push
 from protocol.ops import MsgType
 
 QUOTE_CHARS: Final = 40
@@ -49,6 +49,10 @@ def render(m: Push | MsgRecord) -> str:
             return f"{head} * {by} removed {who}"
         if event == "left":
             return f"{head} * {who} left"
+        if event == "titled":
+            return f'{head} * {by} renamed the group "{ev.get("title", "")}"'
+        if event == "notice":
+            return f"{head} * notice: {ev.get('text', '')}"
         return f"{head} * {event}"
     if m.msg_type == MsgType.RECALL:
         if not m.content:
@@ -62,6 +66,13 @@ def render(m: Push | MsgRecord) -> str:
     if label is not None:
         return f"{head} {m.sender_uid}: [{label}] {m.content.decode('utf-8', 'replace')}"
     return f"{head} {m.sender_uid}: [type {m.msg_type}, {len(m.content)} bytes]"
+
+
+def render_notice(n: Notice) -> str:
+    """A broadcast NOTICE (not stored, in no conversation) as a terminal line."""
+    return f"[{_clock(n.server_ms)}] * notice from the server: " + n.content.decode(
+        "utf-8", "replace"
+    )
 
 
 def quote(text: str) -> str:

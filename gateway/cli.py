@@ -72,6 +72,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         help="when the content check fails: open stores unchecked, closed answers unavailable "
         "(open)",
     )
+    p.add_argument(
+        "--notify-url",
+        help="notify webhook: POST committed messages here in batches, at least once",
+    )
+    p.add_argument(
+        "--notify-token", help="bearer token sent to --notify-url (env IMGW_NOTIFY_TOKEN)"
+    )
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS on the client port")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument(
@@ -136,7 +143,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     names = [
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "tls_cert", "tls_key",
-        "check_url", "check_timeout_ms", "check_fail", "admin_port",
+        "check_url", "check_timeout_ms", "check_fail", "notify_url", "notify_token", "admin_port",
         "admin_host", "admin_token", "hb", "idle", "login_timeout", "max_frame", "max_content",
         "max_connections",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",

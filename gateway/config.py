@@ -88,6 +88,12 @@ class Config:
     check_timeout_ms: float = 200.0
     check_fail: str = "open"
     check_pool: int = 8
+    # The notify webhook after the commit (gateway.notify): committed messages POSTed in
+    # batches, at least once, from a bounded queue (past it: counted and not notified).
+    notify_url: str = ""
+    notify_token: str = ""  # sent as Authorization: Bearer
+    notify_queue_max: int = 10_000
+    notify_batch_max: int = 100
     # Quotas: groups a uid may create a day, and conversations a uid may be a member of
     # (checked when a group is created or members are added).
     groups_per_day: int = 100
@@ -112,9 +118,14 @@ class Config:
     shutdown_timeout: float = 10.0
     admin_port: int = 0  # 0 = no admin HTTP listener
     admin_host: str = "127.0.0.1"
-    # Bearer token for the admin port's actions (POST /drain); /healthz, /readyz and
-    # /metrics stay open. Without one the admin port must be bound to loopback.
+    # Bearer token for the admin port's actions (POST /drain) and its server API
+    # (/api/v1/, docs/api.md); /healthz, /readyz and /metrics stay open. Without one the
+    # admin port must be bound to loopback.
     admin_token: str = ""
+    # The server API's broadcast notices: recipients (uids) per second for the node, in
+    # bursts of this many.
+    api_broadcast_burst: int = 10_000
+    api_broadcast_per_s: float = 2_000.0
     log_format: str = "console"  # console | json
     log_level: str = "info"
 
@@ -185,6 +196,12 @@ class Config:
             raise ConfigError(
                 f"--check-url must be an http:// or https:// URL, got {self.check_url!r}"
             )
+        if self.notify_url and not self.notify_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"--notify-url must be an http:// or https:// URL, got {self.notify_url!r}"
+            )
+        if self.notify_queue_max < 1 or self.notify_batch_max < 1:
+            raise ConfigError("need notify_queue_max >= 1 and notify_batch_max >= 1")
         if not (self.check_timeout_ms > 0 and self.check_pool >= 1):
             raise ConfigError("need check_timeout_ms > 0 and check_pool >= 1")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -197,7 +214,7 @@ class Config:
             raise ConfigError("need groups_per_day >= 1 and max_conversations >= 1")
         if self.token_max_lifetime < 60:
             raise ConfigError("token_max_lifetime must be at least 60 seconds")
-        for name in ("rate", "op_rate", "typing"):
+        for name in ("rate", "op_rate", "typing", "api_broadcast"):
             burst = getattr(self, f"{name}_burst")
             per_s = getattr(self, f"{name}_per_s")
             if burst < 1 or not (math.isfinite(per_s) and per_s > 0):

@@ -4,12 +4,15 @@ workers) can live in one process."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from storage.ports import Bus
+
+if TYPE_CHECKING:
+    from gateway.notify import Notifier
 
 _BUS_COUNTERS: Final = (
     ("published", "Bus envelopes handed to the broker"),
@@ -46,6 +49,12 @@ class Metrics:
             "imgw_send_ack_seconds",
             "SEND received to SEND_ACK",
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.api_calls = Counter(
+            "imgw_api_calls",
+            "Server API calls answered, by call and outcome (ok or the error code)",
+            ["call", "code"],
             registry=r,
         )
         self.storage_errors = Counter(
@@ -90,6 +99,11 @@ class Metrics:
         if hasattr(store, "recent_hits"):
             self.registry.register(_RecentCollector(store))
 
+    def watch_notifier(self, notifier: Notifier) -> None:
+        """Expose the notify webhook's counters as imgw_notify_{delivered,dropped,
+        failures}_total and its queue as imgw_notify_queued."""
+        self.registry.register(_NotifyCollector(notifier))
+
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
         self.commit_seconds.observe(seconds)
@@ -107,6 +121,24 @@ class _BusCollector:
             family = CounterMetricFamily(f"imgw_bus_{name}", text)
             family.add_metric([], getattr(self._bus, name))
             yield family
+
+
+class _NotifyCollector:
+    def __init__(self, notifier: Notifier) -> None:
+        self._notifier = notifier
+
+    def collect(self) -> Iterator[Metric]:
+        for name, text in (
+            ("delivered", "Messages the notify webhook acknowledged"),
+            ("dropped", "Committed messages not notified: the notify queue was full"),
+            ("failures", "Notify webhook posts that failed (each retried)"),
+        ):
+            family = CounterMetricFamily(f"imgw_notify_{name}", text)
+            family.add_metric([], getattr(self._notifier, name))
+            yield family
+        queued = GaugeMetricFamily("imgw_notify_queued", "Messages waiting for the webhook")
+        queued.add_metric([], self._notifier.queued)
+        yield queued
 
 
 class _RecentCollector:

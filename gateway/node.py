@@ -24,6 +24,7 @@ from gateway.contentcheck import WebhookCheck
 from gateway.fanout import FanOut
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
+from gateway.notify import Notifier
 from gateway.outbox import OutboxKeeper
 from gateway.ports import Session
 from gateway.ratelimit import SharedBudgets, UidRateLimiter
@@ -102,6 +103,21 @@ class Node:
                 throttle=self.log_throttle.allow,
             )
         )
+        self.notifier = (
+            None
+            if not config.notify_url
+            else Notifier(
+                config.notify_url,
+                node_id=node_id,
+                token=config.notify_token,
+                queue_max=config.notify_queue_max,
+                batch_max=config.notify_batch_max,
+                log=self.log,
+                throttle=self.log_throttle.allow,
+            )
+        )
+        if self.notifier is not None:
+            self.metrics.watch_notifier(self.notifier)
         self.batcher = SendBatcher(
             store,
             max_batch=config.batch_max,
@@ -176,6 +192,8 @@ class Node:
             self.shared_budgets.start()
         if self.outbox is not None:
             await self.outbox.start()
+        if self.notifier is not None:
+            self.notifier.start()
         self.wheel.start()
 
     def protocol_factory(self) -> Connection:
@@ -326,6 +344,11 @@ class Node:
         await self.routes.revoke(
             uid, device, int(time.time()), cfg.token_max_lifetime + cfg.token_leeway
         )
+        return await self.kick(uid, device, KickReason.AUTH_REVOKED, "token revoked")
+
+    async def kick(self, uid: int, device: str | None, reason: KickReason, text: str) -> int:
+        """KICK `reason` to the sessions of `uid` (one device, or all) online on any node
+        (revocations, the server API). The number of sessions kicked."""
         online = await self.routes.online([uid])
         kicked = 0
         for route in online.get(uid, ()):
@@ -335,9 +358,12 @@ class Node:
             if route.node == self.node_id:
                 conn = self.sessions.get(route.conn_id)
                 if conn is not None and conn.route == route:
-                    conn.kick(KickReason.AUTH_REVOKED, "token revoked")
-            else:
+                    conn.kick(reason, text)
+            elif (reason, text) == (KickReason.AUTH_REVOKED, "token revoked"):
+                # what every node reads, whatever its version
                 await self.bus.publish(route.node, envelope.revoke([route.conn_id]))
+            else:
+                await self.bus.publish(route.node, envelope.kick_as([route.conn_id], reason, text))
         return kicked
 
     def write_soon(self, conn: Connection, frame: bytes) -> None:
@@ -427,7 +453,11 @@ class Node:
         uids: Iterable[int] | None = None,
     ) -> None:
         """PUSH a committed message to every online device of every member (or of `uids`)
-        except the connection `exclude` that sent it. Best effort, in the background."""
+        except the connection `exclude` that sent it. Best effort, in the background. Every
+        committed message passes here once (sends, system and recall messages): the notify
+        webhook queues it here."""
+        if self.notifier is not None:
+            self.notifier.add(msg)
         if uids is not None:
             self._push(msg, exclude, list(uids))
         else:
@@ -480,6 +510,9 @@ class Node:
                         conn.kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere")
                     elif kind == envelope.REVOKE:
                         conn.kick(KickReason.AUTH_REVOKED, "token revoked")
+                    elif kind == envelope.KICK_AS:
+                        reason, text = envelope.kick_reason(payload)
+                        conn.kick(KickReason(reason), text)
         except Exception as e:
             self.log.warning("bad bus envelope", error=repr(e))
             raise  # the bus dead-letters it

@@ -275,6 +275,16 @@ class SyncHint:
 
 
 @dataclass(slots=True)
+class Notice:
+    """A notice the server API broadcast to online devices: not stored, no conversation."""
+
+    OP: ClassVar[Op] = Op.NOTICE
+    msg_type: int
+    content: bytes
+    server_ms: int
+
+
+@dataclass(slots=True)
 class RecallOk:
     OP: ClassVar[Op] = Op.RECALL_OK
     rid: int
@@ -369,6 +379,7 @@ ServerFrame: TypeAlias = (
     | PullResult
     | HistoryResult
     | SyncHint
+    | Notice
     | RecallOk
     | ConvOk
     | Ok
@@ -408,6 +419,7 @@ SERVER_FRAME_TYPES: tuple[type[ServerFrame], ...] = (
     PullResult,
     HistoryResult,
     SyncHint,
+    Notice,
     RecallOk,
     ConvOk,
     Ok,

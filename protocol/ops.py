@@ -36,6 +36,7 @@ class Op(IntEnum):
     HISTORY = 34
     HISTORY_RESULT = 35
     SYNC_HINT = 36
+    NOTICE = 37
     RECALL = 40
     RECALL_OK = 41
     OPEN_P2P = 50

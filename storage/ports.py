@@ -78,6 +78,12 @@ class ChatStore(Protocol):
         remaining member becomes owner."""
         ...
 
+    async def set_title(self, conv_id: int, by: int, title: str) -> StoredMessage | None:
+        """Set a group's title and write its "titled" system message ({"event": "titled",
+        "by", "uids": [], "title"}), in one transaction; None (changing nothing) unless
+        `by` owns the group at commit."""
+        ...
+
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         """Commit a batch of client messages in one transaction, seqs in batch order per
         conversation. In that transaction, in this order: a (sender, client_msg_id)

@@ -212,6 +212,12 @@ class ProductionStore:
             await self._cache_recent(change.messages)
         return change
 
+    async def set_title(self, conv_id: int, by: int, title: str) -> StoredMessage | None:
+        msg = await self.mysql.set_title(conv_id, by, title)
+        if msg is not None:
+            await self._cache_recent([msg])
+        return msg
+
     # -- messages ------------------------------------------------------------------------
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:

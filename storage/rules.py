@@ -31,6 +31,7 @@ from storage.models import (
 )
 
 SendKey = tuple[int, str]  # (sender_uid, client_msg_id): the idempotency key of a send
+SERVER_UID: Final = 0  # the sender of system messages: a member of every live conversation
 
 # -- append ------------------------------------------------------------------------------
 
@@ -40,7 +41,9 @@ class AppendPlan:
     """What a batch does. `store`: the indexes of the messages to store, in batch order:
     the first send of its key in the batch, not sent before, from a current member of
     its conversation. `refused`: first sends whose sender is not a current member.
-    `first`: the index of the first send of each key not sent before."""
+    `first`: the index of the first send of each key not sent before. The server
+    (`SERVER_UID`, the server API's system messages) may write into any conversation
+    that has a current member."""
 
     store: list[int]
     refused: frozenset[int]
@@ -63,7 +66,8 @@ def plan_append(
         if key in sent or key in first:
             continue
         first[key] = i
-        if m.sender_uid in members.get(m.conv_id, ()):
+        current = members.get(m.conv_id, ())
+        if m.sender_uid in current or (m.sender_uid == SERVER_UID and current):
             store.append(i)
         else:
             refused.add(i)

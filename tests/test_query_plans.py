@@ -411,6 +411,8 @@ async def workload(api: Calls, data: Data) -> dict[str, Any]:
     await api.change_members(group, a, [e, f], [])
     await api.change_members(group, a, [], [f])
     await api.change_members(group, e, [], [e])  # leaves
+    assert await api.set_title(group, a, "plans v2") is not None  # the server API
+    assert await api.set_title(group, b, "not the owner's") is None
     # membership checks of conversations nobody has looked at yet (no member cache)
     assert await api.get_conversation(data.group) is not None
     assert await api.get_membership(data.group, data.group_member) is not None
@@ -586,7 +588,7 @@ async def embedded(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedStore, str, Da
 EMBEDDED_READS = {
     "get_conversation", "get_membership", "member_uids", "open_p2p", "create_group",
     "change_members", "append", "find_sent", "read_after", "read_before", "recall",
-    "set_read", "sync", "shared_with",
+    "set_read", "sync", "shared_with", "set_title",
 }  # fmt: skip
 
 

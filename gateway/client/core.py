@@ -43,6 +43,7 @@ from protocol.frames import (
     LoginOk,
     Logout,
     MsgRecord,
+    Notice,
     Ok,
     Opaque,
     OpenP2P,
@@ -639,7 +640,7 @@ class Client:
                     pong = self._pongs.popleft()
                     if pong is not None and not pong.done():
                         pong.set_result(None)
-            case ReadNotify() | TypingNotify():
+            case ReadNotify() | TypingNotify() | Notice():
                 self._inbox.put(frame)
             case SyncHint():
                 self._inbox.put(frame)

@@ -22,6 +22,7 @@ from protocol.frames import (
     Error,
     Kick,
     MsgRecord,
+    Notice,
     Opaque,
     PullResult,
     Push,
@@ -31,7 +32,7 @@ from protocol.frames import (
 )
 from protocol.ops import ErrorCode
 
-Event: TypeAlias = Push | ReadNotify | TypingNotify | SyncHint | Kick | Error
+Event: TypeAlias = Push | ReadNotify | TypingNotify | Notice | SyncHint | Kick | Error
 """What `Client.incoming()` yields: server-initiated frames, and ERRORs with rid 0."""
 
 CATCH_UP_PAGE: Final = 200  # the server's cap on a PULL

@@ -17,7 +17,7 @@ from protocol.frames import (
 )
 from protocol.ops import ConvKind, ErrorCode
 from storage.errors import GroupFull
-from storage.models import Conversation
+from storage.models import Conversation, StoredMessage
 
 if TYPE_CHECKING:
     from gateway.ports import Services, Session
@@ -102,6 +102,20 @@ async def group_members(node: Services, conn: Session, f: GroupMembers) -> None:
         audience = list(dict.fromkeys([*before, *after]))
         for msg in change.messages:
             node.push_message(msg, uids=audience)
+
+
+async def set_title(node: Services, by: int, conv_id: int, title: str) -> StoredMessage:
+    """Set a group's title as its owner `by` (the server API: no TCP op sets it), and
+    push the "titled" system message to every member."""
+    if len(title.encode()) > TITLE_MAX_BYTES:
+        raise RequestError(ErrorCode.BAD_REQUEST, f"title over {TITLE_MAX_BYTES} bytes")
+    await _group(node, conv_id)
+    await require_member(node, conv_id, by)
+    msg = await node.store.set_title(conv_id, by, title)
+    if msg is None:  # checked under the group's lock: the owner may have changed
+        raise RequestError(ErrorCode.FORBIDDEN, "only the owner may set the title")
+    node.push_message(msg)
+    return msg
 
 
 async def group_info(node: Services, conn: Session, f: GroupInfo) -> None:

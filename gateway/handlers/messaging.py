@@ -24,7 +24,13 @@ from protocol.frames import (
     Send,
     SendAck,
 )
-from protocol.ops import CAP_CONTENT_DENIED, CAP_OUTCOME_UNKNOWN, ErrorCode, is_client_msg_type
+from protocol.ops import (
+    CAP_CONTENT_DENIED,
+    CAP_OUTCOME_UNKNOWN,
+    ErrorCode,
+    MsgType,
+    is_client_msg_type,
+)
 from storage.errors import BackendUnavailable, StoreOutcomeUnknown
 from storage.models import (
     AppendFailed,
@@ -34,6 +40,7 @@ from storage.models import (
     RecallStatus,
     StoredMessage,
 )
+from storage.rules import SERVER_UID
 
 if TYPE_CHECKING:
     from gateway.ports import Services, Session
@@ -77,8 +84,9 @@ _OUTCOME_UNKNOWN: Final = (
 _DENIED: Final = "the content check refused this message; it was not stored"
 
 
-def _check_send(node: Services, f: Send) -> None:
-    if not is_client_msg_type(f.msg_type):
+def _check_send(node: Services, uid: int, f: Send) -> None:
+    # The server (the server API's system messages) sends type system; clients never.
+    if not is_client_msg_type(f.msg_type) and (uid, f.msg_type) != (SERVER_UID, MsgType.SYSTEM):
         raise RequestError(ErrorCode.BAD_MSG_TYPE, f"msg_type {f.msg_type} is reserved")
     if len(f.content) > node.config.max_content:
         raise RequestError(
@@ -104,7 +112,7 @@ def send_now(node: Services, conn: Session, f: Send) -> bool:
     """SEND without a task, for a connection with nothing queued: True when handled;
     False when it must take the queued path (rate limited: a resend lookup may answer)."""
     try:
-        _check_send(node, f)
+        _check_send(node, conn.uid, f)
     except RequestError as e:
         conn.error(f.rid, e.code, e.text)
         return True
@@ -115,7 +123,7 @@ def send_now(node: Services, conn: Session, f: Send) -> bool:
 
 
 async def send(node: Services, conn: Session, f: Send) -> None:
-    _check_send(node, f)
+    _check_send(node, conn.uid, f)
     if not node.limiter.take(conn.uid):
         if await _answer_resend(node, conn, f):
             return

@@ -502,6 +502,23 @@ class EmbeddedStore:
         self._invalidate_members(conv_id)
         return change
 
+    async def set_title(self, conv_id: int, by: int, title: str) -> StoredMessage | None:
+        def body(conn: sqlite3.Connection) -> StoredMessage | None:
+            row = conn.execute(
+                "SELECT owner_uid FROM im_conversation WHERE conv_id=? AND kind=?",
+                (conv_id, ConvKind.GROUP),
+            ).fetchone()
+            if row is None or _u(row[0]) != by:
+                return None
+            now = self._clock()
+            conn.execute("UPDATE im_conversation SET title=? WHERE conv_id=?", (title, conv_id))
+            event: SystemEvent = {"event": "titled", "by": by, "uids": [], "title": title}
+            return self._system(conn, conv_id, event, now)
+
+        if conv_id > _I64_MAX:
+            return None
+        return await self._wtx(body)
+
     # -- messages ------------------------------------------------------------------------
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:

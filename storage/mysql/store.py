@@ -591,6 +591,28 @@ class MySQLStore:
 
         return await self._at(conv_id).db.run(body)
 
+    async def set_title(self, conv_id: int, by: int, title: str) -> StoredMessage | None:
+        if conv_id >= 1 << 63:
+            return None
+
+        async def body(cur: Cursor) -> StoredMessage | None:
+            # The conversation row lock orders it with membership changes (owner changes).
+            await cur.execute(
+                "SELECT owner_uid FROM im_conversation WHERE conv_id=%s AND kind=%s FOR UPDATE",
+                (conv_id, int(ConvKind.GROUP)),
+            )
+            row = await cur.fetchone()
+            if row is None or int(row[0]) != by:
+                return None
+            now = self._clock()
+            await cur.execute(
+                "UPDATE im_conversation SET title=%s WHERE conv_id=%s", (title, conv_id)
+            )
+            event: SystemEvent = {"event": "titled", "by": by, "uids": [], "title": title}
+            return await self._system(cur, conv_id, event, now)
+
+        return await self._at(conv_id).db.run(body)
+
     # -- messages ------------------------------------------------------------------------
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:

@@ -95,6 +95,7 @@ SAMPLES: list[tuple[f.Frame, list[Any]]] = [
     (f.PullResult(5, 9, True, (MSG, MSG2)), [33, 5, 9, True, [list(MSG), list(MSG2)]]),
     (f.HistoryResult(6, 9, False, (MSG,)), [35, 6, 9, False, [list(MSG)]]),
     (f.SyncHint(), [36]),
+    (f.Notice(100, b"hi", 1700000000000), [37, 100, b"hi", 1700000000000]),
     (f.RecallOk(7, 9, 14), [41, 7, 9, 14]),
     (f.ConvOk(8, 9), [51, 8, 9]),
     (f.Ok(10), [55, 10]),

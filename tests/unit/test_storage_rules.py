@@ -159,3 +159,12 @@ def test_the_sql_condition_agrees_with_the_python_rule() -> None:
     assert len(rows) == 256
     for msg_type, hit in rows:
         assert bool(hit) == counts_as_unread(msg_type) == is_client_msg_type(msg_type), msg_type
+
+
+def test_the_server_writes_into_any_conversation_with_members_idempotently() -> None:
+    batch = [new(0, "api-1"), new(0, "api-2", conv=OTHER), new(0, "api-1")]
+    assert run(batch, {}, {CONV: [1, 2]}) == [
+        (AppendStatus.STORED, 1),
+        (AppendStatus.NOT_MEMBER, 0),  # no conversation (or nobody in it): refused
+        (AppendStatus.DUPLICATE, 1),
+    ]

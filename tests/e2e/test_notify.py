@@ -1,0 +1,148 @@
+"""The notify webhook (--notify-url, gateway/notify.py), on every backend: every committed
+message reaches it after the commit, in batches, at least once (failed posts are retried
+in order), with the bearer token; a receiver that is down never holds up a send, and
+the queue is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from gateway.server import Server
+from protocol.frames import ConvOk, GroupCreate, OpenP2P, Send, SendAck
+from tests.conftest import StartGateway
+from tests.support.proc import free_port
+from tests.support.waiting import wait_until
+from tests.support.wire import Wire
+
+
+class Receiver:
+    """A webhook receiver: records each POST's body and Authorization header, and
+    answers with the next of `statuses` (200 once they run out)."""
+
+    def __init__(self, statuses: list[int] | None = None) -> None:
+        self.statuses = list(statuses or [])
+        self.posts: list[dict[str, Any]] = []
+        self.auth: list[str] = []
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def start(self) -> Receiver:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: httpx reuses the connection
+                line = await reader.readline()
+                if not line:
+                    return
+                length, auth = 0, ""
+                while (header := (await reader.readline()).decode().strip()) != "":
+                    name, _, value = header.partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                    elif name.lower() == "authorization":
+                        auth = value.strip()
+                body = await reader.readexactly(length)
+                status = self.statuses.pop(0) if self.statuses else 200
+                if status == 200:
+                    self.posts.append(json.loads(body))
+                    self.auth.append(auth)
+                writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n".encode())
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for post in self.posts for m in post["messages"]]
+
+    async def wait_for(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        await wait_until(
+            lambda: len({m["msg_id"] for m in self.messages()}) >= n, timeout, f"{n} messages"
+        )
+        return self.messages()
+
+
+@pytest.fixture
+async def receiver() -> Any:
+    r = await Receiver().start()
+    yield r
+    await r.close()
+
+
+async def _p2p(gw: Server, uid: int, peer: int) -> tuple[Wire, int]:
+    w = await Wire.login(gw.port, uid, "d")
+    opened = await w.request(OpenP2P(0, peer))
+    assert isinstance(opened, ConvOk)
+    return w, opened.conv_id
+
+
+async def test_committed_messages_reach_the_webhook(
+    start_gateway: StartGateway, receiver: Receiver
+) -> None:
+    gw = await start_gateway(notify_url=receiver.url, notify_token="hook-secret")
+    w, conv = await _p2p(gw, 1, 2)
+
+    acks = [await w.request(Send(0, conv, f"m{i}", 1, f"hello {i}".encode())) for i in range(3)]
+    assert all(isinstance(a, SendAck) for a in acks)
+    group = await w.request(GroupCreate(0, "team", (2, 3)))
+    assert isinstance(group, ConvOk)
+    got = await receiver.wait_for(4)
+    texts = [(m["conv_id"], m["seq"], m.get("text")) for m in got if m["conv_id"] == conv]
+    assert texts == [(conv, 1, "hello 0"), (conv, 2, "hello 1"), (conv, 3, "hello 2")]
+    [created] = [m for m in got if m["conv_id"] == group.conv_id]
+    assert created["sender_uid"] == 0 and created["event"]["event"] == "created"
+    assert created["event"]["uids"] == [1, 2, 3]
+    first = got[0]
+    assert first["sender_uid"] == 1 and first["client_msg_id"] == "m0"
+    assert set(receiver.auth) == {"Bearer hook-secret"}
+    assert {p["node"] for p in receiver.posts} == {gw.node.node_id if gw.node else ""}
+
+
+async def test_failed_posts_are_retried_in_order(start_gateway: StartGateway) -> None:
+    receiver = await Receiver([500, 503]).start()
+    try:
+        gw = await start_gateway(notify_url=receiver.url)
+        w, conv = await _p2p(gw, 1, 2)
+
+        for i in range(5):
+            assert isinstance(await w.request(Send(0, conv, f"m{i}", 1, b"x")), SendAck)
+        got = await receiver.wait_for(5)
+        assert [m["seq"] for m in got] == [1, 2, 3, 4, 5]  # in order, each once here
+        assert gw.node is not None and gw.node.notifier is not None
+        assert gw.node.notifier.failures == 2
+    finally:
+        await receiver.close()
+
+
+async def test_a_dead_receiver_never_holds_up_a_send(start_gateway: StartGateway) -> None:
+    receiver = Receiver()  # not started: connections are refused
+    gw = await start_gateway(notify_url=receiver.url, notify_queue_max=3)
+    w, conv = await _p2p(gw, 1, 2)
+
+    async with asyncio.timeout(5):
+        for i in range(6):
+            assert isinstance(await w.request(Send(0, conv, f"m{i}", 1, b"x")), SendAck)
+    notifier = gw.node.notifier if gw.node else None
+    assert notifier is not None and (notifier.queued, notifier.dropped) == (3, 3)
+    await receiver.start()  # back: the queued three arrive
+    try:
+        got = await receiver.wait_for(3, timeout=40)
+        assert [m["seq"] for m in got] == [1, 2, 3]
+    finally:
+        await receiver.close()
