@@ -17,12 +17,13 @@ What Redis holds here (see storage/redis/cache.py for the keys):
   messages (`WRITE_THROUGH_MEMBERS` members or more: many readers, most of them catching
   up later) are written after each group commit in one round trip; a p2p conversation's
   are cached when a page of them is read from MySQL (read-through): its messages are
-  PUSHed to the one peer and rarely read again, and writing each one cost Redis 50–75 %
-  of its CPU per message (bench/results: read-through). PULL and HISTORY pages inside the cache are answered
-  from Redis; MySQL then answers only a primary-key read of the committed max seq and
-  the highest recalled seq, which is what proves that the cache holds every message of
-  the page as it now stands (a cache write that failed leaves the cache behind the
-  committed seqs, a recall may leave an original in it: such pages come from MySQL).
+  PUSHed to the one peer and rarely read again, and writing each one cost Redis 50 to
+  75 % of its CPU per message (bench/results: read-through). PULL and HISTORY pages
+  inside the cache are answered from Redis; MySQL then answers only a primary-key read
+  of the committed max seq and the highest recalled seq, which is what proves that the
+  cache holds every message of the page as it now stands (a cache write that failed
+  leaves the cache behind the committed seqs, a recall may leave an original in it: such
+  pages come from MySQL).
 """
 
 from __future__ import annotations
