@@ -199,12 +199,17 @@ async def test_a_master_that_loses_its_data_is_noticed(cgw: Server, how: str) ->
         # to agree on a new node is the cluster's, not the gateway's)
         started = time.monotonic()
         while await _route(node, RECEIVER) is None:
-            assert time.monotonic() - started < 8, "the route was not registered again"
+            assert time.monotonic() - started < budget, "the route was not registered again"
             await asyncio.sleep(0.05)
         noticed_after.append(time.monotonic() - started)
 
+    # A new node in place of the old one: the cluster client must also learn the new
+    # topology (it backs off on CLUSTERDOWN while the others still gossip about the dead
+    # node), which took up to ~8 s in a loaded full run. The same master restarted, or
+    # wiped, is noticed within a route check or two.
+    budget = 20.0 if how == "replaced" else 8.0
     receiver, _, _ = await traffic_through(cgw, lose_master)
-    assert noticed_after and noticed_after[0] < 5.0
+    assert noticed_after and noticed_after[0] < (budget if how == "replaced" else 5.0)
     assert node.metrics.route_losses._value.get() >= 1
     assert receiver.hints >= 1
     assert await rcluster.keys_in(port, rcluster.slot_of(RECEIVER)) >= 2  # route + index
