@@ -201,11 +201,9 @@ async def test_a_key_reused_on_another_server_is_a_conflict(sharded_store: MySQL
     assert store.reuse_check_failures == 0
 
 
-async def test_a_server_down_fails_its_own_messages_only(tmp_path: Path) -> None:
-    """Over the wire: one SEND to each server in one batch while the second is cut off.
-    The first is acked (and stored); the second is answered `unavailable` and is not
-    stored; once the server is back, its retry with the same id is stored as seq 1."""
-    require_port(MYSQL_PORT, "MariaDB")
+async def proxied_second_server() -> tuple[TcpProxy, str]:
+    """A fresh database with 4 shards over 3306 and the second MariaDB, the second reached
+    through a proxy the test can cut; migrated. The store URL (2 s timeouts) and proxy."""
     second_mysql()
     proxy = TcpProxy("127.0.0.1", MYSQL2_PORT)
     await proxy.start()
@@ -216,6 +214,16 @@ async def test_a_server_down_fails_its_own_messages_only(tmp_path: Path) -> None
         f"mysql://root@127.0.0.1:{proxy.port}/{name}",
     ]
     await migrate(MySQLSettings.from_url(url), servers)
+    return proxy, url
+
+
+async def test_a_server_down_fails_its_own_messages_only(tmp_path: Path) -> None:
+    """Over the wire: one SEND to each server in one batch while the second is cut off.
+    The first is acked (and stored); the second is answered `unavailable` and is not
+    stored; once the server is back, its retry with the same id is stored as seq 1."""
+    require_port(MYSQL_PORT, "MariaDB")
+    proxy, url = await proxied_second_server()
+    name = MySQLSettings.from_url(url).database
     server = Server(config_for(tmp_path, store=url, cache="memory://", batch_delay_ms=50.0,
                                 batch_wait_ms=50.0))  # fmt: skip
     await server.start()
@@ -255,16 +263,7 @@ async def test_a_store_starts_while_a_shard_server_is_down() -> None:
     """A shard server that does not answer at start makes its conversations
     unavailable, not the gateway: the other server's work goes on, and it is used as
     soon as it answers."""
-    second_mysql()
-    proxy = TcpProxy("127.0.0.1", MYSQL2_PORT)
-    await proxy.start()
-    name = f"imgw_t_{secrets.token_hex(6)}"
-    url = f"mysql://root:@127.0.0.1:{MYSQL_PORT}/{name}?shards=4&timeout=2"
-    servers = [
-        f"mysql://root@127.0.0.1:{MYSQL_PORT}/{name}",
-        f"mysql://root@127.0.0.1:{proxy.port}/{name}",
-    ]
-    await migrate(MySQLSettings.from_url(url), servers)
+    proxy, url = await proxied_second_server()
     store = MySQLStore(MySQLSettings.from_url(url))
     try:
         await store.start()
