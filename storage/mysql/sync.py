@@ -1,9 +1,17 @@
-"""SYNC on MySQL, coalesced: the SYNCs asked in one event-loop iteration share one
-multi-statement query (up to SYNC_BATCH_MAX), and one more for all their unread counts.
+"""SYNC on MySQL, coalesced: SYNCs asked together share one multi-statement query (up
+to SYNC_BATCH_MAX), and one more for all their unread counts.
 
 After a mass reconnect thousands arrive at once; one pooled connection per SYNC, held
 while a saturated loop got round to each reply, left them queueing until the store
-timeout answered `unavailable`.
+timeout answered `unavailable`. At most SYNC_IN_FLIGHT batches are out at once: SYNCs
+asked meanwhile gather for the next, so batches grow with the load (sending one batch
+per event-loop iteration sent 1.3-1.5 SYNCs a batch in a reconnect storm), while an
+idle node sends a lone SYNC at the end of the iteration it was asked in.
+
+A batch first asks which of its users have any conversation changed since their `since`
+(one statement for the whole batch); a first page of a user with none is empty and costs
+no statement of its own. After a mass reconnect that is nearly every user: a client
+keeps the `next_since` of its last pass, and little changed while it was away.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from storage.mysql import sql
 from storage.mysql.transactions import Cursor, Row, Transactions, next_rows
 
 SYNC_BATCH_MAX: Final = 64  # SYNCs per multi-statement query
+SYNC_IN_FLIGHT: Final = 3  # batches out at once
 _SYNC_SQL: Final = """SELECT m.conv_id AS cid, c.kind, COALESCE(m.left_seq, s.max_seq) AS max_seq,
   m.read_seq, COALESCE(d.seq, 0), COALESCE(m.left_ms, s.last_active_ms) AS last_active,
   (m.left_seq IS NULL),
@@ -53,6 +62,16 @@ LEFT JOIN im_delivered d ON d.uid = %s AND d.device = %s AND d.conv_id = p.cid
 ORDER BY p.last_active DESC, p.cid DESC"""
 
 
+# Which asks of a batch (their first pages) have anything to list: the rows _SYNC_SQL
+# would select, without the cursor. One derived row per ask (k, uid, device, since).
+_CHANGED_SQL: Final = """SELECT a.k FROM ({asks}) a WHERE EXISTS (
+  SELECT 1 FROM im_conv_member m
+  JOIN im_conv_seq s ON s.conv_id = m.conv_id
+  LEFT JOIN im_delivered d ON d.uid = m.uid AND d.device = a.device AND d.conv_id = m.conv_id
+  WHERE m.uid = a.uid AND GREATEST(COALESCE(m.left_ms, s.last_active_ms), m.updated_ms,
+    COALESCE(d.updated_ms, 0)) >= a.since)"""
+
+
 @dataclass(slots=True)
 class _SyncAsk:
     uid: int
@@ -81,13 +100,14 @@ def _sync_row(r: Row, unread: dict[int, int]) -> SyncRow:
 
 
 class SyncBatcher:
-    """`ask` answers one SYNC page; the asks of one loop iteration go together."""
+    """`ask` answers one SYNC page; the asks made together go together."""
 
     def __init__(self, db: Transactions, table_of: Callable[[int], str]) -> None:
         self._db = db
         self._table_of = table_of  # the message table (shard) of a conversation
         self._syncs: list[_SyncAsk] = []  # asked in this loop iteration
         self._sync_tasks: set[asyncio.Task[None]] = set()
+        self._scheduled = False
 
     async def ask(
         self,
@@ -103,24 +123,41 @@ class SyncBatcher:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[SyncPage] = loop.create_future()
         self._syncs.append(_SyncAsk(uid, device, changed_since_ms, after, limit, fut))
-        if len(self._syncs) == 1:
+        if not self._scheduled and len(self._sync_tasks) < SYNC_IN_FLIGHT:
+            self._scheduled = True
             loop.call_soon(self._flush_syncs)
         return await fut
 
     def _flush_syncs(self) -> None:
-        asks, self._syncs = self._syncs, []
+        self._scheduled = False
         loop = asyncio.get_running_loop()
-        for i in range(0, len(asks), SYNC_BATCH_MAX):
-            task = loop.create_task(self._sync_batch(asks[i : i + SYNC_BATCH_MAX]))
+        while self._syncs and len(self._sync_tasks) < SYNC_IN_FLIGHT:
+            asks = self._syncs[:SYNC_BATCH_MAX]
+            del self._syncs[:SYNC_BATCH_MAX]
+            task = loop.create_task(self._sync_batch(asks))
             self._sync_tasks.add(task)
-            task.add_done_callback(self._sync_tasks.discard)
+            task.add_done_callback(self._batch_done)
+
+    def _batch_done(self, task: asyncio.Task[None]) -> None:
+        self._sync_tasks.discard(task)
+        if task.cancelled():  # shutdown: so are the asks still waiting
+            asks, self._syncs = self._syncs, []
+            for a in asks:
+                a.fut.cancel()
+            return
+        if self._syncs and not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_syncs)
 
     async def _sync_batch(self, asks: list[_SyncAsk]) -> None:
         async def q(cur: Cursor) -> tuple[list[list[Row]], list[dict[int, int]]]:
-            await cur.execute(";".join(cur.mogrify(*a.query()) for a in asks))
-            pages = [list(await cur.fetchall())]
-            for _ in asks[1:]:
-                pages.append(list(await next_rows(cur)))
+            todo = await self._changed(cur, asks)
+            pages: list[list[Row]] = [[] for _ in asks]
+            if todo:
+                await cur.execute(";".join(cur.mogrify(*asks[k].query()) for k in todo))
+                pages[todo[0]] = list(await cur.fetchall())
+                for k in todo[1:]:
+                    pages[k] = list(await next_rows(cur))
             return pages, await self._unread(cur, asks, pages)
 
         try:
@@ -140,6 +177,19 @@ class SyncBatcher:
             page = [_sync_row(r, counts) for r in rows[: a.limit]]
             if not a.fut.done():
                 a.fut.set_result(SyncPage(page, len(rows) > a.limit))
+
+    @staticmethod
+    async def _changed(cur: Cursor, asks: Sequence[_SyncAsk]) -> list[int]:
+        """The asks (indexes) that may list rows: every later page, and the first pages
+        of users with a conversation changed since their `since`."""
+        firsts = [(k, a) for k, a in enumerate(asks) if a.after is None]
+        if not firsts:
+            return list(range(len(asks)))
+        row = "SELECT %s AS k, %s AS uid, %s AS device, %s AS since"
+        asked = (cur.mogrify(row, (k, a.uid, a.device, a.since_ms)) for k, a in firsts)
+        await cur.execute(_CHANGED_SQL.format(asks=" UNION ALL ".join(asked)))
+        changed = {int(r[0]) for r in await cur.fetchall()}
+        return [k for k, a in enumerate(asks) if a.after is not None or k in changed]
 
     async def _unread(
         self, cur: Cursor, asks: Sequence[_SyncAsk], pages: Sequence[Sequence[Row]]

@@ -177,3 +177,33 @@ async def test_concurrent_syncs_share_round_trips_and_each_gets_its_own_page(
         3, "d", changed_since_ms=0, after=(last.last_active_ms, last.conv_id), limit=2
     )
     assert [r.unread for r in rest.rows] == [1] and not rest.has_more
+
+
+async def test_syncs_asked_together_skip_only_the_users_with_nothing_changed(
+    store: MySQLStore,
+) -> None:
+    """A batch first asks which users have anything changed since their `since`; the
+    others get an empty page without a statement of their own. Every kind of change
+    still lists: a new message, a read position, a delivered position of the asking
+    device (not another device's), leaving; and a since of 0 lists every conversation."""
+    convs = {u: await store.open_p2p(u, 500 + u) for u in range(1, 9)}
+    convs[5], _ = await store.create_group(505, "g", [505, 5])
+    await store.append([NewMessage(convs[u], 500 + u, f"m{u}", 1, b"x") for u in convs])
+    await asyncio.sleep(0.01)
+    since = store.now_ms()
+    await asyncio.sleep(0.01)
+    await store.append([NewMessage(convs[1], 501, "new", 1, b"y")])  # 1: a message
+    await store.set_read(convs[2], 2, 1)  # 2: read
+    await store.set_delivered(convs[3], 3, "d", 1)  # 3: delivered, this device
+    await store.set_delivered(convs[4], 4, "other", 1)  # 4: another device only
+    await store.change_members(convs[5], 5, add=[], remove=[5])  # 5: left
+
+    def ask(u: int, since_ms: int) -> Awaitable[SyncPage]:
+        return store.sync(u, "d", changed_since_ms=since_ms, after=None, limit=10)
+
+    asks = [(u, since) for u in range(1, 9)] + [(6, 0), (99, 0)]  # 99: no conversation
+    alone = [await ask(u, s) for u, s in asks]
+    together = await asyncio.gather(*(ask(u, s) for u, s in asks))
+    assert together == alone
+    listed = [bool(p.rows) for p in together]
+    assert listed == [True, True, True, False, True, False, False, False, True, False]
