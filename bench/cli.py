@@ -136,6 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--settle", type=float, default=5.0, help="seconds held before the storm")
     s.add_argument("--backoff-base", type=float, default=0.5, help="client backoff base, s")
     s.add_argument("--backoff-cap", type=float, default=10.0, help="client backoff cap, s")
+    s.add_argument(
+        "--fresh-sync", action="store_true",
+        help="SYNC from 0 after every reconnect, as a client that lost its state would "
+        "(default: from the next_since of its last pass, as apps do)",
+    )  # fmt: skip
     ch = sub.add_parser("chat", help="p2p sends at open-loop rates: send→ACK and send→PUSH")
     _rates(ch, 1000)
     ch.add_argument("--pairs", type=int, help="user pairs (default: <= 10 msg/s per user)")
@@ -147,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     off = sub.add_parser("offline", help="receive while offline, then log in and catch up")
     off.add_argument("--receivers", type=int, default=1000, help="offline users (1000)")
     off.add_argument("--messages", type=int, default=50, help="messages each receives (50)")
-    for sp in (ch, gr, off):
+    for sp in (s, ch, gr, off):
         _volume(sp)
     for sp in (c, s, ch, gr, off):
         _common(sp)

@@ -20,8 +20,9 @@ import secrets
 import time
 from typing import Any
 
-from bench.common import Gateway, Sampler, kernel_memory, log, proc_pss
+from bench.common import BenchError, Gateway, Sampler, kernel_memory, log, proc_pss
 from bench.fleet import Fleet, FleetView, gateway_alive, progress_line
+from bench.preload import PRELOAD_UID0
 from bench.run import Run
 
 UID_SPAN = 10_000_000
@@ -172,16 +173,26 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb, sync=True,
         reconnect=True, backoff_base_s=args.backoff_base, backoff_cap_s=args.backoff_cap,
         sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout,
+        keep_since=not args.fresh_sync,
     )  # fmt: skip
     result: dict[str, Any] = {
-        "connections_target": n, "how": args.how,
+        "connections_target": n, "how": args.how, "sync_since": "0" if args.fresh_sync else "kept",
         "reconnect_backoff": {"base_s": args.backoff_base, "cap_s": args.backoff_cap,
                               "jitter": "full"},
     }  # fmt: skip
     gw = run.gateway
     assert gw is not None and gw.proc is not None, "storm needs --spawn-gateway"
     t0 = run.t0 = time.monotonic()
-    fleet.start(run.host, run.port, run.kid, run.secret, uid0=_uid0())
+    # With --preload the clients are the preloaded users, each in two conversations with
+    # messages: their first SYNC lists them, and a SYNC after the storm has work to do.
+    uid0 = _uid0()
+    if run.preloaded is not None:
+        users = int(run.preloaded["users"])
+        if users < n:
+            raise BenchError(f"--preload-convs {users - 1:,} makes {users:,} users: fewer "
+                             f"than --connections {n:,}")  # fmt: skip
+        uid0 = PRELOAD_UID0
+    fleet.start(run.host, run.port, run.kid, run.secret, uid0=uid0)
     try:
         view, took = ramp_up(run, fleet, n, "ramp", 3 * n / args.ramp + 120, t0)
         if view.held < n:

@@ -71,10 +71,11 @@ class HolderSpec:
     sock_buf: int
     deadline_ns: int  # monotonic
     tls: bool = False  # connect with TLS (certificate not verified: a bench on loopback)
+    keep_since: bool = True  # SYNC from the last pass's next_since, as apps do (else 0)
 
 
 class Held(asyncio.Protocol):
-    __slots__ = ("attempt", "buf", "gen", "i", "state", "transport")
+    __slots__ = ("attempt", "buf", "gen", "i", "since", "state", "transport")
 
     def __init__(self, gen: Holders, i: int) -> None:
         self.gen = gen
@@ -82,6 +83,7 @@ class Held(asyncio.Protocol):
         self.state = IDLE
         self.buf = b""
         self.attempt = 0
+        self.since: bytes | int = 0  # the next_since of its last SYNC
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -226,11 +228,13 @@ class Holders:
             if self.spec.sync:
                 conn.state = SYNCING
                 assert conn.transport is not None
-                conn.transport.write(self.sync_frame)
+                conn.transport.write(self._sync_frame(conn))
             else:
                 self._held(conn)
         elif op == Op.SYNC_RESULT and conn.state == SYNCING:
             self.syncs += 1
+            if self.spec.keep_since:
+                conn.since = frame[2]
             self._held(conn)
         elif op == Op.KICK:
             self.count(self.kicks, _name(KickReason, frame[1]))
@@ -248,7 +252,10 @@ class Holders:
 
     def _resync(self, conn: Held) -> None:
         if conn.state == SYNCING and conn.transport is not None and not self.stopping:
-            conn.transport.write(self.sync_frame)
+            conn.transport.write(self._sync_frame(conn))
+
+    def _sync_frame(self, conn: Held) -> bytes:
+        return self.sync_frame if conn.since == 0 else encode(Sync(1, conn.since, 0, 1))
 
     def _held(self, conn: Held) -> None:
         conn.state = HELD

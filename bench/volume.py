@@ -15,6 +15,11 @@ OFFLINE_FIGURES: Final = (
     "gateway_cpu_us_per_catch_up",
 )  # fmt: skip
 
+STORM_FIGURES: Final = (
+    "recovery_s", "gateway_cpu_us_per_sync", "told_unavailable_max",
+    "clients_told_unavailable_over_2",
+)  # fmt: skip
+
 
 def ratio(empty: Any, preloaded: Any) -> float | None:
     if not isinstance(empty, int | float) or not isinstance(preloaded, int | float) or not empty:
@@ -48,7 +53,7 @@ def compare(scenario: str, empty: dict[str, Any], full: dict[str, Any]) -> dict[
                 for s in full.get("steps", [])
             ],
         }  # fmt: skip
-    return _figures(OFFLINE_FIGURES, empty, full)
+    return _figures(STORM_FIGURES if scenario == "storm" else OFFLINE_FIGURES, empty, full)
 
 
 def lines(cmp: dict[str, Any]) -> list[str]:

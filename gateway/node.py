@@ -40,6 +40,7 @@ from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
 PACE_STEP_S: Final = 0.05
+KICKS_IN_FLIGHT: Final = 2  # duplicate-login kick publishes out at once (all nodes)
 
 
 class Node:
@@ -140,7 +141,9 @@ class Node:
         # route left in Redis by the previous process never names a new connection.
         self._next_conn_id = time.time_ns() // 1000
         self._renewals: list[Route] = []
-        self._kicks: dict[str, list[int]] = {}  # node -> conn_ids to KICK, this iteration
+        self._kicks: dict[str, list[int]] = {}  # node -> conn_ids to KICK, not yet sent
+        self._kicking = 0  # kick publishes out
+        self._kick_scheduled = False
         # frames waiting for connections whose transport is past its high-water mark
         self.backlog: dict[Connection, Backlog] = {}
         self._soon: dict[Connection, list[bytes]] = {}  # frames to write at the iteration's end
@@ -382,17 +385,30 @@ class Node:
             conn.write(b"".join(frames))
 
     def _kick_remote(self, node: str, conn_id: int) -> None:
-        """KICK duplicate_login to a connection on another node. The kicks of one loop
-        iteration go out as one publish per node: after a node dies, every client of it
-        that logs in here names it, thousands a second in a reconnect storm."""
-        if not self._kicks:
-            self.loop.call_soon(self._flush_kicks)
+        """KICK duplicate_login to a connection on another node. After a node dies, every
+        client of it that logs in here names it, thousands a second in a reconnect storm:
+        the kicks go out as one publish per node, at most KICKS_IN_FLIGHT publishes at
+        once, and the kicks asked meanwhile gather for the next (the broker's confirm takes
+        many loop iterations; one publish per iteration carried about one kick)."""
         self._kicks.setdefault(node, []).append(conn_id)
+        if not self._kick_scheduled and self._kicking < KICKS_IN_FLIGHT:
+            self._kick_scheduled = True
+            self.loop.call_soon(self._flush_kicks)
 
     def _flush_kicks(self) -> None:
-        kicks, self._kicks = self._kicks, {}
-        for node, conn_ids in kicks.items():
-            self.spawn(self.bus.publish(node, envelope.kick(conn_ids)))
+        self._kick_scheduled = False
+        while self._kicks and self._kicking < KICKS_IN_FLIGHT:
+            node = next(iter(self._kicks))
+            self._kicking += 1
+            self.spawn(
+                self.bus.publish(node, envelope.kick(self._kicks.pop(node)))
+            ).add_done_callback(self._kicked)
+
+    def _kicked(self, _: asyncio.Task[Any]) -> None:
+        self._kicking -= 1
+        if self._kicks and not self._kick_scheduled:
+            self._kick_scheduled = True
+            self.loop.call_soon(self._flush_kicks)
 
     async def end_session(self, conn: Connection) -> None:
         """LOGOUT: the route goes at once (closing it later removes nothing twice)."""
