@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.handlers.base import RequestError, require_member
+from gateway.media import Media, MediaError
 from protocol.frames import MediaGet, MediaUpload, MediaUrl
 from protocol.ops import ErrorCode
 
 if TYPE_CHECKING:
-    from gateway.media import Media
     from gateway.ports import Services, Session
 
 _DISABLED = "media is not enabled on this server"
@@ -23,8 +23,6 @@ def _media(node: Services) -> Media:
 
 
 async def media_upload(node: Services, conn: Session, f: MediaUpload) -> None:
-    from gateway.media import MediaError
-
     media = _media(node)
     try:
         signed = await media.upload(conn.uid, f.sha256, f.size, f.content_type)
@@ -34,8 +32,6 @@ async def media_upload(node: Services, conn: Session, f: MediaUpload) -> None:
 
 
 async def media_get(node: Services, conn: Session, f: MediaGet) -> None:
-    from gateway.media import MediaError
-
     media = _media(node)
 
     async def may_read(conv_id: int) -> bool:
@@ -52,8 +48,6 @@ async def media_get(node: Services, conn: Session, f: MediaGet) -> None:
 async def check_media_send(node: Services, uid: int, conv_id: int, key: str) -> None:
     """A SEND carrying `key`: the sender must be a member and the key its stored upload;
     the conversation's reference is recorded (RequestError otherwise)."""
-    from gateway.media import MediaError
-
     media = _media(node)
     await require_member(node, conv_id, uid)
     try:
