@@ -25,10 +25,10 @@ PENDING_AFTER_S: Final = 0.5  # a line not acked by then is shown as pending
 _RECONNECTING: Final = (KickReason.DRAINING, KickReason.SHUTDOWN)
 HELP: Final = """\
 commands:
-  /help       this list
-  /send PATH  send a file (image, voice or file message; the gateway must have --media)
-  /quit       leave (so does end of input, Ctrl-D)
-  //text      send a line that starts with "/"
+  /help     this list
+  /send F   send the file at path F (the gateway needs --media)
+  /quit     leave (so does end of input, Ctrl-D)
+  //text    send a line that starts with "/"
 any other line is sent as a message."""
 
 
@@ -135,7 +135,7 @@ class ChatSession:
                         await self.outbox.join()  # after the lines typed before it
                         await self._send_file(path)
                     else:
-                        say("! /send PATH: name the file to send")
+                        say("! /send F: name the file to send")
                 elif text.startswith("/") and not text.startswith("//"):
                     word = text.split()[0]
                     say(HELP if word == "/help" else f"! unknown command {word}; /help lists them")
