@@ -47,18 +47,29 @@ class SignedUrl:
 
 def _secret(data_dir: str, given: str) -> bytes:
     """The file:// signing secret: given, or read from (created once in) the data dir,
-    so that every worker and restart signs alike."""
+    so that every worker and restart signs alike. Created whole or not at all (written
+    aside, then linked into place): a worker starting beside another never reads half."""
     if given:
         return given.encode()
     path = Path(data_dir) / SECRET_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_urlsafe(32))
-    return path.read_bytes().strip()
+    if not path.exists():
+        tmp = path.with_name(f"{SECRET_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_urlsafe(32))
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # fails if another process got there first: use theirs
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    secret = path.read_bytes().strip()
+    if len(secret) < 16:
+        raise ValueError(f"{path}: the media secret is shorter than 16 bytes")
+    return secret
 
 
 def open_index(store_url: str) -> MediaIndex:

@@ -146,3 +146,32 @@ async def test_orphans_are_swept_after_a_day_and_referenced_uploads_stay(
     # the swept key can be uploaded and sent again
     assert (await upload(a, orphan_data)) == orphan
     await send_media(a, conv, orphan, "o")
+
+
+async def test_an_embedded_store_of_schema_2_gets_the_media_tables(tmp_path: Path) -> None:
+    """Upgrading in place: the store's migration adds the media tables to a database of
+    schema 2 (before media) and records schema 4."""
+    import sqlite3
+
+    from storage.embedded import EmbeddedStore
+    from storage.embedded.schema import SCHEMA_VERSION
+
+    path = str(tmp_path / "old.db")
+    store = EmbeddedStore(path)
+    await store.start()
+    await store.close()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(
+        "DROP TABLE im_media_upload; DROP TABLE im_media_ref; PRAGMA user_version=2;"
+    )
+    conn.close()
+    store = EmbeddedStore(path)
+    await store.start()
+    await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"im_media_upload", "im_media_ref"} <= names
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    finally:
+        conn.close()

@@ -3,6 +3,7 @@ pure functions, no I/O."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import msgpack
@@ -90,3 +91,13 @@ def test_the_key_of_a_media_content() -> None:
     assert key_of_content(msgpack.packb({"key": 5})) is None
     assert key_of_content(msgpack.packb({"url": "x"})) is None
     assert key_of_content(b"\x81\xa3key") is None  # truncated
+
+
+def test_the_generated_secret_is_made_once_and_kept_in_the_data_dir(tmp_path: Path) -> None:
+    from gateway.media import SECRET_FILE, _secret
+
+    first = _secret(str(tmp_path), "")
+    assert len(first) >= 32 and _secret(str(tmp_path), "") == first
+    assert (tmp_path / SECRET_FILE).stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == [SECRET_FILE]  # no leftovers
+    assert _secret(str(tmp_path), "given-secret-0123456") == b"given-secret-0123456"
