@@ -175,3 +175,20 @@ async def test_an_embedded_store_of_schema_2_gets_the_media_tables(tmp_path: Pat
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     finally:
         conn.close()
+
+
+async def test_a_removed_member_loses_the_download(mgw: Server) -> None:
+    from protocol.frames import GroupCreate, GroupMembers, Ok
+
+    owner = await Wire.login(mgw.port, 41)
+    member = await Wire.login(mgw.port, 42)
+    leaving = await Wire.login(mgw.port, 43)
+    reply = await owner.request(GroupCreate(0, "g", (42, 43)))
+    assert isinstance(reply, ConvOk)
+    data, _ = a_file()
+    key = await upload(owner, data)
+    await send_media(owner, reply.conv_id, key, "g1")
+    assert isinstance(await leaving.request(MediaGet(0, key)), MediaUrl)
+    assert isinstance(await owner.request(GroupMembers(0, reply.conv_id, (), (43,))), Ok)
+    assert await leaving.error(MediaGet(0, key)) == ErrorCode.FORBIDDEN
+    assert isinstance(await member.request(MediaGet(0, key)), MediaUrl)
