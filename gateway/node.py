@@ -437,6 +437,7 @@ class Node:
         if self.media is not None:
             try:
                 if swept := await self.media.sweep():
+                    self.metrics.media_swept.inc(swept)
                     self.log.info("orphaned media deleted", uploads=swept)
             except Exception as e:  # the next minute's sweep tries again
                 self.log.warning("media sweep failed", error=repr(e))

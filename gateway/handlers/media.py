@@ -22,12 +22,18 @@ def _media(node: Services) -> Media:
     return node.media
 
 
+def _refused(node: Services, op: str, e: MediaError) -> RequestError:
+    node.metrics.media.labels(op=op, result=e.code.name.lower()).inc()
+    return RequestError(e.code, e.text)
+
+
 async def media_upload(node: Services, conn: Session, f: MediaUpload) -> None:
     media = _media(node)
     try:
         signed = await media.upload(conn.uid, f.sha256, f.size, f.content_type)
     except MediaError as e:
-        raise RequestError(e.code, e.text) from None
+        raise _refused(node, "upload", e) from None
+    node.metrics.media.labels(op="upload", result="ok").inc()
     conn.send(MediaUrl(f.rid, signed.key, signed.url, signed.expires_ms))
 
 
@@ -41,7 +47,8 @@ async def media_get(node: Services, conn: Session, f: MediaGet) -> None:
     try:
         signed = await media.download(f.key, may_read)
     except MediaError as e:
-        raise RequestError(e.code, e.text) from None
+        raise _refused(node, "get", e) from None
+    node.metrics.media.labels(op="get", result="ok").inc()
     conn.send(MediaUrl(f.rid, signed.key, signed.url, signed.expires_ms))
 
 
@@ -53,4 +60,5 @@ async def check_media_send(node: Services, uid: int, conv_id: int, key: str) -> 
     try:
         await media.check_reference(uid, conv_id, key)
     except MediaError as e:
-        raise RequestError(e.code, e.text) from None
+        raise _refused(node, "send", e) from None
+    node.metrics.media.labels(op="send", result="ok").inc()

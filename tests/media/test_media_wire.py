@@ -75,6 +75,10 @@ async def test_upload_send_and_download_by_members_only(mgw: Server, tmp_path: P
     again = await ask_upload(a, data)
     assert (again.key, again.url) == (signed.key, "")
     assert (await send_media(a, conv, signed.key, "m1")).seq == ack.seq
+    sample = mgw.node.metrics.registry.get_sample_value  # type: ignore[union-attr]
+    assert sample("imgw_media_total", {"op": "get", "result": "forbidden"}) == 2
+    assert sample("imgw_media_total", {"op": "get", "result": "ok"}) == 1
+    assert sample("imgw_media_total", {"op": "send", "result": "ok"}) == 2
 
 
 async def test_what_a_media_send_and_upload_refuse(mgw: Server) -> None:
