@@ -146,6 +146,11 @@ class Server:
             await self.media_http.start()
             bound = self.media_http.port
             public = cfg.media_public_url.rstrip("/") or f"http://{host}:{bound}"
+            if not cfg.media_public_url and host in ("0.0.0.0", "::", ""):
+                self.log.warning(
+                    "media URLs name an address clients cannot reach: pass --media-public-url",
+                    base=public,
+                )
             media.objects.base_url = lambda: public
         self.log.info("media by object key", media=cfg.media, listen=cfg.media_listen or None)
 
