@@ -145,7 +145,8 @@ class Server:
             self.media_http = MediaHttpServer(media.objects, host, port, reuse_port=self.reuse_port)
             await self.media_http.start()
             bound = self.media_http.port
-            public = cfg.media_public_url.rstrip("/") or f"http://{host}:{bound}"
+            shown = f"[{host}]" if ":" in host else host  # an IPv6 address
+            public = cfg.media_public_url.rstrip("/") or f"http://{shown}:{bound}"
             if not cfg.media_public_url and host in ("0.0.0.0", "::", ""):
                 self.log.warning(
                     "media URLs name an address clients cannot reach: pass --media-public-url",
