@@ -33,9 +33,10 @@ examples:
 Each window is a device of its own unless --device says which: the same uid and device
 in two windows logs the first one out (kicked: duplicate_login).
 
-Type a line and press Enter to send it; /quit or end of input (Ctrl-D) exits, /help
-lists the commands. Incoming messages print as "[HH:MM:SS] <sender uid>: text", read
-receipts as "(read by 2: <your message>)".
+Type a line and press Enter to send it; /send PATH sends a file (when the gateway has
+--media); /quit or end of input (Ctrl-D) exits, /help lists the commands. Incoming
+messages print as "[HH:MM:SS] <sender uid>: text", read receipts as "(read by 2: <your
+message>)", files with the download URL the gateway signs for you.
 """
 
 

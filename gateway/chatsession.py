@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Final
 
+from gateway.chatmedia import media_key_in, send_file
 from gateway.chatview import Receipts, quote, render, render_notice
 from gateway.client import Client, ClientError, Event, SessionEnded, kick_name
 from protocol.frames import Error, Kick, MsgRecord, Notice, Push, ReadNotify
@@ -24,6 +26,7 @@ _RECONNECTING: Final = (KickReason.DRAINING, KickReason.SHUTDOWN)
 HELP: Final = """\
 commands:
   /help     this list
+  /send F   send the file at path F (the gateway needs --media)
   /quit     leave (so does end of input, Ctrl-D)
   //text    send a line that starts with "/"
 any other line is sent as a message."""
@@ -60,8 +63,8 @@ class _Line:
 
 class ChatSession:
     __slots__ = (
-        "catching", "client", "connects", "conv_id", "kicked", "last_read", "missed",
-        "outbox", "printed", "receipts", "stalled", "uid", "up",
+        "catching", "client", "connects", "conv_id", "kicked", "last_read", "lookups",
+        "missed", "outbox", "printed", "receipts", "stalled", "uid", "up",
     )  # fmt: skip
 
     def __init__(self, client: Client, uid: int, conv_id: int) -> None:
@@ -78,6 +81,7 @@ class ChatSession:
         self.kicked = False  # a KICK said why the connection went, and that it comes back
         self.catching: asyncio.Task[None] | None = None  # the catch-up after a reconnect
         self.missed = 0  # messages shown since the reconnect
+        self.lookups: set[asyncio.Task[None]] = set()  # download URLs being asked for
 
     def show(self, m: Push | MsgRecord) -> None:
         if m.seq in self.printed:
@@ -85,8 +89,20 @@ class ChatSession:
         self.printed.add(m.seq)
         self.missed += self.catching is not None
         say(render(m))
+        if (key := media_key_in(m.msg_type, m.content)) is not None:
+            task = asyncio.create_task(self._show_download(m.seq, key))
+            self.lookups.add(task)
+            task.add_done_callback(self.lookups.discard)
         if m.sender_uid == self.uid and m.msg_type == MsgType.TEXT:
             self.receipts.own(m.seq, m.content.decode("utf-8", "replace"))
+
+    async def _show_download(self, seq: int, key: str) -> None:
+        try:
+            signed = await self.client.media_get(key)
+        except ClientError as e:
+            say(f"  (message {seq}: no download URL: {e})")
+            return
+        say(f"  (message {seq}: download {signed.url})")
 
     async def show_history(self) -> None:
         result = await self.client.history(self.conv_id, 0, HISTORY_LINES)
@@ -113,7 +129,14 @@ class ChatSession:
                 text = line.strip()
                 if text == "/quit":
                     break
-                if text.startswith("/") and not text.startswith("//"):
+                if text.startswith("/send ") or text == "/send":
+                    path = text[len("/send") :].strip()
+                    if path:
+                        await self.outbox.join()  # after the lines typed before it
+                        await self._send_file(path)
+                    else:
+                        say("! /send F: name the file to send")
+                elif text.startswith("/") and not text.startswith("//"):
                     word = text.split()[0]
                     say(HELP if word == "/help" else f"! unknown command {word}; /help lists them")
                 elif text:
@@ -125,6 +148,17 @@ class ChatSession:
             sender.cancel()
         if sender.done() and not sender.cancelled() and (error := sender.exception()):
             raise error
+
+    async def _send_file(self, path: str) -> None:
+        try:
+            ack, key = await send_file(self.client, self.conv_id, path)
+        except SessionEnded:
+            raise
+        except (OSError, ClientError) as e:
+            say(f"! not sent: {path}: {e}")
+            return
+        self.printed.add(ack.seq)
+        say(f"(sent {os.path.basename(path)} as {key})")
 
     def _queue(self, text: str) -> None:
         line = _Line(text)

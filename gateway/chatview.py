@@ -64,8 +64,21 @@ def render(m: Push | MsgRecord) -> str:
         return f"{head} * message {seq} recalled"
     label = _MEDIA.get(m.msg_type)
     if label is not None:
-        return f"{head} {m.sender_uid}: [{label}] {m.content.decode('utf-8', 'replace')}"
+        return f"{head} {m.sender_uid}: [{label}] {_media_text(m.content)}"
     return f"{head} {m.sender_uid}: [type {m.msg_type}, {len(m.content)} bytes]"
+
+
+def _media_text(content: bytes) -> str:
+    """A media message's content: the file name and object key it carries, or (a
+    client's own format) its text."""
+    try:
+        value = msgpack.unpackb(content, raw=False)
+    except Exception:
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("key"), str):
+        name = value.get("name")
+        return f"{name} ({value['key']})" if isinstance(name, str) else value["key"]
+    return content.decode("utf-8", "replace")
 
 
 def render_notice(n: Notice) -> str:

@@ -136,6 +136,35 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         help="seconds between checks that the route store (Redis) still holds this node's "
         "routes; on loss they are re-registered and sessions told to SYNC (1)",
     )  # fmt: skip
+    p.add_argument(
+        "--media",
+        help="media by object key: file:///path (served by --media-listen) or "
+        "s3://bucket/prefix?endpoint=... (default: none, media ops answer forbidden)",
+    )
+    p.add_argument(
+        "--media-listen", metavar="HOST:PORT",
+        help="HTTP listener serving the signed URLs of a file:// --media root",
+    )  # fmt: skip
+    p.add_argument(
+        "--media-public-url",
+        help="base of the signed URLs clients get (default http://<media-listen>)",
+    )
+    p.add_argument(
+        "--media-secret",
+        help="secret signing file:// media URLs (default: generated in the data dir; "
+        "env IMGW_MEDIA_SECRET)",
+    )
+    p.add_argument("--media-max-size", type=int, help="largest upload, bytes (100 MiB)")
+    p.add_argument(
+        "--media-types",
+        help="content types an upload may have, comma-separated, major/* allowed "
+        "(image/*,audio/*,video/*,application/pdf,application/octet-stream,text/plain)",
+    )
+    p.add_argument("--media-url-ttl", type=int, help="seconds a signed media URL is valid (900)")
+    p.add_argument(
+        "--media-orphan", dest="media_orphan_s", type=int,
+        help="seconds after which an upload no message references is deleted (86400)",
+    )  # fmt: skip
     p.add_argument("--log-format", choices=["console", "json"], help="log format (console)")
     p.add_argument("--log-level", help="debug, info, warning, error (info)")
 
@@ -150,6 +179,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "batch_min", "batch_wait_ms", "batch_inflight", "shutdown_timeout", "log_format",
         "log_level", "workers",
         "drain_rate", "reconnect_hint", "sync_hint_spread_s", "route_check_s", "node_lease_s",
+        "media", "media_listen", "media_public_url", "media_secret", "media_max_size",
+        "media_types", "media_url_ttl", "media_orphan_s",
     ]  # fmt: skip
     overrides = {n: getattr(args, n, None) for n in names}
     overrides["token_keys"] = tuple(args.token_key or ())

@@ -126,6 +126,24 @@ class Config:
     # bursts of this many.
     api_broadcast_burst: int = 10_000
     api_broadcast_per_s: float = 2_000.0
+    # Media by object key (docs/media.md): file:///path or s3://bucket/prefix?endpoint=...
+    # ("" = media disabled: MEDIA_UPLOAD and MEDIA_GET answer forbidden). A file:// root
+    # is served by the media listener at media_listen (HOST:PORT), whose signed URLs
+    # start with media_public_url (default http://<media_listen>) and are signed with
+    # media_secret (default: generated once, kept in <data_dir>/media.secret).
+    media: str = ""
+    media_listen: str = ""
+    media_public_url: str = ""
+    media_secret: str = ""
+    media_max_size: int = 100 << 20  # bytes an upload may have
+    # content types an upload may have: exact names or major/* ("*/*": any)
+    media_types: tuple[str, ...] = (
+        "image/*", "audio/*", "video/*", "application/pdf", "application/octet-stream",
+        "text/plain",
+    )  # fmt: skip
+    media_url_ttl: int = 900  # seconds a signed URL stays valid
+    # an upload no message references this long after its URL was handed out is deleted
+    media_orphan_s: int = 86_400
     log_format: str = "console"  # console | json
     log_level: str = "info"
 
@@ -235,9 +253,40 @@ class Config:
             )
         if self.log_format not in ("console", "json"):
             raise ConfigError("log_format must be console or json")
+        self._validate_media()
         for name, url in (("store", self.store_url()), ("cache", self.cache), ("bus", self.bus)):
             if "://" not in url:
                 raise ConfigError(f"--{name} must be a URL like scheme://..., got {url!r}")
+
+    def _validate_media(self) -> None:
+        if not self.media:
+            return
+        if not self.media.startswith(("file:///", "s3://")):
+            raise ConfigError(
+                f"--media must be file:///path or s3://bucket/prefix?endpoint=..., "
+                f"got {self.media!r}"
+            )
+        if self.media.startswith("file:") and not self.media_listen:
+            raise ConfigError(
+                "--media file://... needs --media-listen HOST:PORT: the gateway serves the "
+                "signed upload and download URLs of a file:// root itself"
+            )
+        if self.media_listen:
+            try:
+                split_host_port(self.media_listen, any_port=True)
+            except ValueError as e:
+                raise ConfigError(f"media_listen: {e}") from None
+        if self.media_public_url and not self.media_public_url.startswith(("http://", "https://")):
+            raise ConfigError("--media-public-url must be an http:// or https:// URL")
+        if self.media_secret and len(self.media_secret.encode()) < 16:
+            raise ConfigError("--media-secret must be at least 16 bytes")
+        if self.media_max_size < 1 or self.media_url_ttl < 1 or self.media_orphan_s < 7200:
+            raise ConfigError(
+                "need media_max_size >= 1, media_url_ttl >= 1 and media_orphan_s >= 7200 "
+                "(an upload's sender has until 1 h before the sweep to send it)"
+            )
+        if not self.media_types:
+            raise ConfigError("media_types lists no content type")
 
 
 _FIELDS: Final = {f.name: f for f in fields(Config)}
@@ -279,6 +328,7 @@ FLAG_SPELLINGS: Final = {
     "sync_hint_spread": "sync_hint_spread_s",
     "node_lease": "node_lease_s",
     "route_check": "route_check_s",
+    "media_orphan": "media_orphan_s",
 }
 
 

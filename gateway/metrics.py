@@ -66,6 +66,15 @@ class Metrics:
             ["why"],
             registry=r,
         )
+        self.media = Counter(
+            "imgw_media",
+            "Media requests by op (upload, get, send) and outcome (ok or the error code)",
+            ["op", "result"],
+            registry=r,
+        )
+        self.media_swept = Counter(
+            "imgw_media_swept", "Orphaned uploads deleted by the sweep", registry=r
+        )
         self.route_renewals = Counter("imgw_route_renewals", "Routes renewed", registry=r)
         self.send_holds = Counter(
             "imgw_send_holds",

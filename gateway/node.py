@@ -23,6 +23,7 @@ from gateway.connection import Backlog, Connection
 from gateway.contentcheck import WebhookCheck
 from gateway.fanout import FanOut
 from gateway.logs import Throttle
+from gateway.media import Media
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.outbox import OutboxKeeper
@@ -172,6 +173,8 @@ class Node:
             log=self.log,
             throttle=self.log_throttle.allow,
         )
+        # Media by object key (gateway/media.py); the server sets it when --media is given.
+        self.media: Media | None = None
         # The transactional outbox, where other nodes could deliver for a dead one.
         outbox = store.outbox()
         self.outbox: OutboxKeeper | None = None
@@ -447,6 +450,13 @@ class Node:
             await self.store.maintain()
         except Exception as e:  # housekeeping retries next minute
             self.log.warning("store maintenance failed", error=repr(e))
+        if self.media is not None:
+            try:
+                if swept := await self.media.sweep():
+                    self.metrics.media_swept.inc(swept)
+                    self.log.info("orphaned media deleted", uploads=swept)
+            except Exception as e:  # the next minute's sweep tries again
+                self.log.warning("media sweep failed", error=repr(e))
 
     async def _renew(self, batch: Sequence[Route]) -> None:
         # Only routes still owned by a live session (not one that logged out since it

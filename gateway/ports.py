@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gateway.batcher import SendBatcher
     from gateway.config import Config
     from gateway.logs import Throttle
+    from gateway.media import Media
     from gateway.metrics import Metrics
     from gateway.outbox import OutboxKeeper
     from gateway.ratelimit import UidRateLimiter
@@ -99,6 +100,7 @@ class Services(Protocol):
     group_limiter: UidRateLimiter  # GROUP_CREATE per day
     batcher: SendBatcher
     outbox: OutboxKeeper | None
+    media: Media | None  # None: media disabled (no --media)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         """Run `coro` in the background, holding a reference until it ends."""

@@ -30,8 +30,11 @@ from gateway.admin import AdminServer
 from gateway.config import REDIS_URLS, Config
 from gateway.connection import Connection
 from gateway.gctune import quiet_gc
+from gateway.hostport import split_host_port
 from gateway.limits import connection_cap, raise_nofile
 from gateway.logs import configure
+from gateway.media import Media
+from gateway.mediahttp import MediaHttpServer
 from gateway.node import PACE_STEP_S, Node, due_by
 from protocol.ops import KickReason
 from storage.errors import BackendUnavailable
@@ -56,6 +59,7 @@ class Server:
         self.backends: Backends | None = None
         self._server: asyncio.Server | None = None
         self._admin: AdminServer | None = None
+        self.media_http: MediaHttpServer | None = None  # --media-listen
         self._lease: WorkerIdLease | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._drain_task: asyncio.Task[None] | None = None  # an admin drain
@@ -85,6 +89,8 @@ class Server:
             bus=self.backends.bus,
             budgets=self.backends.budgets,
         )
+        if cfg.media:
+            await self._start_media(node)
         await node.start()
         node.max_connections = connection_cap(cfg.max_connections, nofile)
         self._report_connection_cap(nofile)
@@ -118,6 +124,36 @@ class Server:
             bus=cfg.bus,
             admin_port=cfg.admin_port or None,
         )
+
+    async def _start_media(self, node: Node) -> None:
+        """Media by object key (gateway/media.py): its index, and for a file:// root the
+        listener serving its signed URLs."""
+        from storage.media.objects import FileObjects
+
+        cfg = self.config
+        assert self.backends is not None
+        media = Media.from_config(
+            media_url=cfg.media, store_url=cfg.store_url(), data_dir=cfg.data_dir,
+            secret=cfg.media_secret, max_size=cfg.media_max_size, types=cfg.media_types,
+            url_ttl_s=cfg.media_url_ttl, orphan_s=cfg.media_orphan_s,
+            clock=self.backends.store.now_ms,
+        )  # fmt: skip
+        await media.open()
+        node.media = media
+        if isinstance(media.objects, FileObjects) and cfg.media_listen:
+            host, port = split_host_port(cfg.media_listen, any_port=True)
+            self.media_http = MediaHttpServer(media.objects, host, port, reuse_port=self.reuse_port)
+            await self.media_http.start()
+            bound = self.media_http.port
+            shown = f"[{host}]" if ":" in host else host  # an IPv6 address
+            public = cfg.media_public_url.rstrip("/") or f"http://{shown}:{bound}"
+            if not cfg.media_public_url and host in ("0.0.0.0", "::", ""):
+                self.log.warning(
+                    "media URLs name an address clients cannot reach: pass --media-public-url",
+                    base=public,
+                )
+            media.objects.base_url = lambda: public
+        self.log.info("media by object key", media=cfg.media, listen=cfg.media_listen or None)
 
     async def _lease_worker_id(self, node_id: str) -> None:
         from storage.redis import redis_from_url
@@ -293,6 +329,10 @@ class Server:
                        self.backends.store.close, self._end_lease]  # fmt: skip
             if self._admin is not None:
                 closers.insert(0, self._admin.close)
+            if node.media is not None:
+                closers.append(node.media.close)
+            if self.media_http is not None:
+                closers.insert(0, self.media_http.close)
             if node.check is not None:
                 closers.append(node.check.close)
             if node.notifier is not None:

@@ -175,6 +175,27 @@ class Logout:
     OP: ClassVar[Op] = Op.LOGOUT
 
 
+@dataclass(slots=True)
+class MediaUpload:
+    """Ask for a signed upload URL of a file: its SHA-256 (64 lowercase hex), size in
+    bytes and content type."""
+
+    OP: ClassVar[Op] = Op.MEDIA_UPLOAD
+    rid: int
+    sha256: str
+    size: int
+    content_type: str
+
+
+@dataclass(slots=True)
+class MediaGet:
+    """Ask for a signed download URL of an object key a message carries."""
+
+    OP: ClassVar[Op] = Op.MEDIA_GET
+    rid: int
+    key: str
+
+
 # --- server to client -------------------------------------------------------------
 
 
@@ -316,6 +337,17 @@ class GroupInfoResult:
 
 
 @dataclass(slots=True)
+class MediaUrl:
+    """The answer to MEDIA_UPLOAD (PUT the file there) and MEDIA_GET (GET it there)."""
+
+    OP: ClassVar[Op] = Op.MEDIA_URL
+    rid: int
+    key: str
+    url: str
+    expires_ms: int
+
+
+@dataclass(slots=True)
 class Kick:
     OP: ClassVar[Op] = Op.KICK
     reason: int
@@ -366,6 +398,8 @@ ClientFrame: TypeAlias = (
     | GroupMembers
     | GroupInfo
     | Logout
+    | MediaUpload
+    | MediaGet
 )
 ServerFrame: TypeAlias = (
     LoginOk
@@ -384,6 +418,7 @@ ServerFrame: TypeAlias = (
     | ConvOk
     | Ok
     | GroupInfoResult
+    | MediaUrl
     | Kick
     | Error
 )
@@ -406,6 +441,8 @@ CLIENT_FRAME_TYPES: tuple[type[ClientFrame], ...] = (
     GroupMembers,
     GroupInfo,
     Logout,
+    MediaUpload,
+    MediaGet,
 )
 SERVER_FRAME_TYPES: tuple[type[ServerFrame], ...] = (
     LoginOk,
@@ -424,6 +461,7 @@ SERVER_FRAME_TYPES: tuple[type[ServerFrame], ...] = (
     ConvOk,
     Ok,
     GroupInfoResult,
+    MediaUrl,
     Kick,
     Error,
 )

@@ -48,6 +48,9 @@ class Op(IntEnum):
     GROUP_INFO_RESULT = 57
     KICK = 60
     LOGOUT = 62
+    MEDIA_UPLOAD = 70
+    MEDIA_URL = 71
+    MEDIA_GET = 72
     ERROR = 127
 
 
@@ -69,6 +72,8 @@ CLIENT_OPS: Final = frozenset(
         Op.GROUP_MEMBERS,
         Op.GROUP_INFO,
         Op.LOGOUT,
+        Op.MEDIA_UPLOAD,
+        Op.MEDIA_GET,
     }
 )
 SERVER_OPS: Final = frozenset(set(Op) - CLIENT_OPS)
@@ -145,6 +150,9 @@ class ConvKind(IntEnum):
     P2P = 1
     GROUP = 2
 
+
+# Message types whose content may carry an object-store key (docs/media.md).
+MEDIA_MSG_TYPES: Final = frozenset({MsgType.IMAGE, MsgType.VOICE, MsgType.FILE})
 
 APP_MSG_TYPE_MIN: Final = 100
 APP_MSG_TYPE_MAX: Final = 127

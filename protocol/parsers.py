@@ -38,6 +38,9 @@ from protocol.frames import (
     Login,
     LoginOk,
     Logout,
+    MediaGet,
+    MediaUpload,
+    MediaUrl,
     MsgRecord,
     Notice,
     Ok,
@@ -405,6 +408,8 @@ CLIENT_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ClientFrame]]] = {
     Op.GROUP_MEMBERS: _array(GroupMembers, nonzero_u64, nonzero_u64, id_list, id_list),
     Op.GROUP_INFO: _array(GroupInfo, nonzero_u64, nonzero_u64),
     Op.LOGOUT: _array(Logout),
+    Op.MEDIA_UPLOAD: _array(MediaUpload, nonzero_u64, string, u64, string),
+    Op.MEDIA_GET: _array(MediaGet, nonzero_u64, string),
 }
 
 SERVER_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ServerFrame]]] = {
@@ -436,6 +441,7 @@ SERVER_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ServerFrame]]] = {
     Op.GROUP_INFO_RESULT: _array(
         GroupInfoResult, nonzero_u64, nonzero_u64, string, nonzero_u64, id_list
     ),
+    Op.MEDIA_URL: _array(MediaUrl, nonzero_u64, string, string, u64),
     Op.KICK: _array(Kick, u64, string, string),
     # An ERROR about a frame without rid carries rid 0.
     Op.ERROR: _array(Error, u64, u64, string),

@@ -8,7 +8,9 @@ two at once), SEND batches (with a resend of a stored message, an in-batch dupli
 sender no longer a member, and a full batcher-sized batch), PULL and HISTORY, recall,
 read and delivered positions (and their flushes), p2p and group creation, membership
 changes, member and seq lookups, and housekeeping; then an `imgw archive run` (its
-statements planned too) and HISTORY and PULL pages read back through the archive index.
+statements planned too) and HISTORY and PULL pages read back through the archive index;
+then every statement of the media index (storage/media: uploads, references, the orphan
+sweep) on 2,000 preloaded uploads.
 (LOGIN itself only touches the route store, which runs no SQL.)
 
 Every statement the store executed is captured (SQLite: the trace callback of both
@@ -53,6 +55,9 @@ from storage.archive.index import SqliteIndex
 from storage.archive.mysqlindex import MySQLIndex
 from storage.embedded import EmbeddedStore
 from storage.embedded import schema as sqlite_schema
+from storage.media.index import SqliteMediaIndex
+from storage.media.keys import media_key
+from storage.media.mysqlindex import MySQLMediaIndex
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import message_table
@@ -512,6 +517,45 @@ async def archive_and_read(api: Calls, index: Any, captured: Captured, url: str)
     assert [m.seq for m in msgs] == [1, 2, 3]
 
 
+MEDIA_UPLOADS = 2000  # preloaded uploads, every other one referenced by a conversation
+
+
+def media_rows(data: Data) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Preloaded im_media_upload rows (key, uid, size, type, created_ms, referenced) and
+    im_media_ref rows (key, conv_id, created_ms): a day of uploads, half referenced."""
+    uploads, refs = [], []
+    for i in range(MEDIA_UPLOADS):
+        key = media_key(1 + i % 50, f"{i:064x}")
+        ms = data.now - 30 * HOUR + i * 40_000
+        uploads.append((key, 1 + i % 50, 1000 + i, "image/png", ms, i % 2))
+        if i % 2:
+            refs.append((key, data.convs[i % len(data.convs)][0], ms))
+    return uploads, refs
+
+
+async def media_workload(index: Any, captured: Captured, data: Data) -> None:
+    """Every statement of the media index (storage/media): MEDIA_UPLOAD, a media SEND's
+    reference, MEDIA_GET, and the orphan sweep."""
+    key = media_key(7, "f" * 64)
+    steps: list[tuple[str, Any]] = [
+        ("record_upload", lambda: index.record_upload(key, 7, 10, "image/png", data.now)),
+        ("record_upload", lambda: index.record_upload(key, 7, 10, "image/png", data.now)),
+        ("get_upload", lambda: index.get_upload(key)),
+        ("add_reference", lambda: index.add_reference(key, data.p2p, data.now)),
+        ("add_reference", lambda: index.add_reference(media_key(7, "e" * 64), 1, data.now)),
+        ("referencing", lambda: index.referencing(key, 100)),
+        ("orphans", lambda: index.orphans(data.now - 24 * HOUR, 200)),
+        ("forget", lambda: index.forget(media_key(1, f"{0:064x}"), data.now - 24 * HOUR)),
+    ]
+    for label, step in steps:
+        before, captured.current = captured.current, f"media.{label}"
+        try:
+            await step()
+        finally:
+            captured.current = before
+    assert await index.referencing(key, 100) == [data.p2p]
+
+
 # -- SQLite ---------------------------------------------------------------------------------
 
 
@@ -545,6 +589,15 @@ def preload_sqlite(path: str, data: Data) -> None:
         conn.executemany(
             "INSERT INTO im_delivered (uid, device, conv_id, seq, updated_ms) VALUES (?,?,?,?,?)",
             data.delivered,
+        )
+        uploads, refs = media_rows(data)
+        conn.executemany(
+            "INSERT INTO im_media_upload (media_key, uid, size, content_type, created_ms, "
+            "referenced) VALUES (?,?,?,?,?,?)",
+            uploads,
+        )
+        conn.executemany(
+            "INSERT INTO im_media_ref (media_key, conv_id, created_ms) VALUES (?,?,?)", refs
         )
         conn.execute("COMMIT")
     finally:
@@ -600,7 +653,9 @@ async def test_sqlite_hot_paths_search_indexes(
     assert store._wconn is not None and store._rconn is not None
     index = SqliteIndex(path, clock=store.now_ms)
     await index.open()
-    conns = (store._wconn, store._rconn, index._conn)
+    media = SqliteMediaIndex(path)
+    await media.open()
+    conns = (store._wconn, store._rconn, index._conn, media._conn)
     for conn in conns:
         assert conn is not None
         conn.set_trace_callback(captured.add)
@@ -608,11 +663,13 @@ async def test_sqlite_hot_paths_search_indexes(
         api = Calls(store, captured)
         await workload(api, data)
         await archive_and_read(api, index, captured, (Path(path).parent / "arch").as_uri())
+        await media_workload(media, captured, data)
     finally:
         for conn in conns:
             assert conn is not None
             conn.set_trace_callback(None)
         await index.close()
+        await media.close()
 
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -684,6 +741,16 @@ async def preload_mysql(settings: MySQLSettings, data: Data) -> None:
                 "INSERT INTO im_delivered (uid, device, conv_id, seq, updated_ms) "
                 "VALUES (%s,%s,%s,%s,%s)",
                 data.delivered,
+            )
+            uploads, refs = media_rows(data)
+            await cur.executemany(
+                "INSERT INTO im_media_upload (media_key, uid, size, content_type, created_ms, "
+                "referenced) VALUES (%s,%s,%s,%s,%s,%s)",
+                uploads,
+            )
+            await cur.executemany(
+                "INSERT INTO im_media_ref (media_key, conv_id, created_ms) VALUES (%s,%s,%s)",
+                refs,
             )
             await cur.execute("SHOW TABLES")
             tables = [r[0] for r in await cur.fetchall()]
@@ -796,6 +863,12 @@ async def test_mariadb_hot_paths_search_indexes(
             await archive_and_read(api, index, captured, (tmp_path / "arch").as_uri())
         finally:
             await index.close()
+        media = MySQLMediaIndex(store.settings)
+        await media.open()
+        try:
+            await media_workload(media, captured, data)
+        finally:
+            await media.close()
 
     growing, plans = await mariadb_plans(store.settings, captured)
     assert growing >= {"im_send_dedup", "im_conv_member", "im_delivered", message_table(0)}

@@ -42,6 +42,9 @@ from protocol.frames import (
     Login,
     LoginOk,
     Logout,
+    MediaGet,
+    MediaUpload,
+    MediaUrl,
     MsgRecord,
     Notice,
     Ok,
@@ -349,6 +352,15 @@ class Client:
 
     async def group_info(self, conv_id: int) -> GroupInfoResult:
         return _expect(await self._ask(GroupInfo(self._rid(), conv_id)), GroupInfoResult)
+
+    async def media_upload(self, sha256: str, size: int, content_type: str) -> MediaUrl:
+        """A signed URL to PUT the file to (url "": stored already, send the key)."""
+        reply = await self._ask(MediaUpload(self._rid(), sha256, size, content_type))
+        return _expect(reply, MediaUrl)
+
+    async def media_get(self, key: str) -> MediaUrl:
+        """A signed URL to GET the object of `key` from."""
+        return _expect(await self._ask(MediaGet(self._rid(), key)), MediaUrl)
 
     async def pull(self, conv_id: int, after_seq: int = 0, limit: int = 0) -> PullResult:
         reply = await self._ask(Pull(self._rid(), conv_id, after_seq, limit))

@@ -13,6 +13,7 @@ from gateway.handlers.base import (
     require_member,
     require_reader,
 )
+from gateway.handlers.media import check_media_send
 from protocol.frames import (
     History,
     HistoryResult,
@@ -27,11 +28,13 @@ from protocol.frames import (
 from protocol.ops import (
     CAP_CONTENT_DENIED,
     CAP_OUTCOME_UNKNOWN,
+    MEDIA_MSG_TYPES,
     ErrorCode,
     MsgType,
     is_client_msg_type,
 )
 from storage.errors import BackendUnavailable, StoreOutcomeUnknown
+from storage.media.keys import key_of_content
 from storage.models import (
     AppendFailed,
     AppendResult,
@@ -111,6 +114,8 @@ def _submit(node: Services, conn: Session, f: Send) -> None:
 def send_now(node: Services, conn: Session, f: Send) -> bool:
     """SEND without a task, for a connection with nothing queued: True when handled;
     False when it must take the queued path (rate limited: a resend lookup may answer)."""
+    if node.media is not None and f.msg_type in MEDIA_MSG_TYPES:
+        return False  # a media key is checked first, which awaits the media index
     try:
         _check_send(node, conn.uid, f)
     except RequestError as e:
@@ -124,6 +129,15 @@ def send_now(node: Services, conn: Session, f: Send) -> bool:
 
 async def send(node: Services, conn: Session, f: Send) -> None:
     _check_send(node, conn.uid, f)
+    if node.media is not None and f.msg_type in MEDIA_MSG_TYPES:
+        key = key_of_content(f.content)
+        if key is not None:  # a media message: its key must be the sender's upload
+            try:
+                await check_media_send(node, conn.uid, f.conv_id, key)
+            except RequestError:
+                if await _answer_resend(node, conn, f):  # acked before: acked again
+                    return
+                raise
     if not node.limiter.take(conn.uid):
         if await _answer_resend(node, conn, f):
             return

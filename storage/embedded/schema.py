@@ -5,7 +5,10 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-SCHEMA_VERSION: Final = 2  # 2: im_archive, im_archive_sent, im_meta (storage/archive)
+# 2: im_archive, im_archive_sent, im_meta (storage/archive); 3: (another branch's);
+# 4: im_media_upload, im_media_ref (storage/media). Every table is CREATE ... IF NOT
+# EXISTS, so versions stack: the highest wins and every table is created.
+SCHEMA_VERSION: Final = 4
 
 _DDL: Final = """
 CREATE TABLE IF NOT EXISTS im_conversation (
@@ -87,6 +90,23 @@ CREATE INDEX IF NOT EXISTS im_archive_sent_ms ON im_archive_sent (send_ms);
 CREATE TABLE IF NOT EXISTS im_meta (
     name  TEXT NOT NULL PRIMARY KEY,
     value TEXT NOT NULL
+) WITHOUT ROWID;
+-- Media by object key (storage/media/index.py): uploads whose URL was handed out, and
+-- the conversations holding a message that carries the key. Keys only, never URLs.
+CREATE TABLE IF NOT EXISTS im_media_upload (
+    media_key    TEXT NOT NULL PRIMARY KEY,
+    uid          INTEGER NOT NULL,
+    size         INTEGER NOT NULL,
+    content_type TEXT NOT NULL,
+    created_ms   INTEGER NOT NULL,
+    referenced   INTEGER NOT NULL DEFAULT 0
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS im_media_upload_orphan ON im_media_upload (referenced, created_ms);
+CREATE TABLE IF NOT EXISTS im_media_ref (
+    media_key  TEXT NOT NULL,
+    conv_id    INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (media_key, conv_id)
 ) WITHOUT ROWID;
 """
 

@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from storage.mysql.settings import MySQLSettings
 
 # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
-# 5: im_archive, im_archive_sent (storage/archive)
-SCHEMA_VERSION: Final = 5
+# 5: im_archive, im_archive_sent (storage/archive); 6: (another branch's);
+# 7: im_media_upload, im_media_ref (storage/media). Tables are CREATE ... IF NOT EXISTS,
+# so versions stack: the highest is recorded and every table is created.
+SCHEMA_VERSION: Final = 7
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -138,10 +140,27 @@ _TABLES: Final = [
         KEY k_send_ms (send_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     MAP_DDL,
+    # Media by object key (storage/media/index.py): uploads whose URL was handed out, and
+    # the conversations holding a message that carries the key. Keys only, never URLs.
+    """CREATE TABLE IF NOT EXISTS im_media_upload (
+        media_key    VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+        uid          BIGINT UNSIGNED NOT NULL,
+        size         BIGINT UNSIGNED NOT NULL,
+        content_type VARCHAR(128) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        created_ms   BIGINT NOT NULL,
+        referenced   TINYINT UNSIGNED NOT NULL DEFAULT 0,
+        KEY k_orphan (referenced, created_ms)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    """CREATE TABLE IF NOT EXISTS im_media_ref (
+        media_key  VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        conv_id    BIGINT UNSIGNED NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (media_key, conv_id)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 ]
 # Only in the metadata database; every other table of _TABLES is also on each shard
 # server, for the conversations of its shards (docs/decisions.md).
-_META_ONLY: Final = ("im_node_lease", "im_shard_map")
+_META_ONLY: Final = ("im_node_lease", "im_shard_map", "im_media_upload", "im_media_ref")
 
 _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
     id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,

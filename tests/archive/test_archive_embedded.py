@@ -20,6 +20,7 @@ from storage.archive import objects
 from storage.archive.index import SqliteIndex
 from storage.archive.run import BATCH_MAX, archive_run, batch_size
 from storage.embedded import EmbeddedStore
+from storage.embedded.schema import SCHEMA_VERSION
 from storage.errors import StoreUnavailable
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from tests.archive.common import DAY, T0, Clock, History, all_pages, diff_pages, fill
@@ -359,7 +360,7 @@ async def test_an_embedded_store_of_schema_1_gets_the_archive_tables(
     try:
         names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         assert {"im_archive", "im_archive_sent", "im_meta"} <= names
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     finally:
         conn.close()
 

@@ -15,6 +15,7 @@ import pytest
 
 from gateway.client import Client
 from gateway.server import Server
+from tests.conftest import StartGateway
 from tests.support.tcpproxy import TcpProxy
 from tests.support.wire import TOKEN_KEY, token
 
@@ -190,3 +191,32 @@ async def test_a_lost_connection_is_shown_and_so_is_its_return(gw: Server) -> No
     assert after.index("* back: 2 missed messages caught up") > max(
         i for i, line in enumerate(after) if "52: missed two" in line
     )
+
+
+async def test_send_a_file_and_get_its_download_url(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    """`/send PATH` uploads the file (MEDIA_UPLOAD, then PUT) and sends its key; the other
+    window shows the file and the download URL it asked for (MEDIA_GET), which serves the
+    file."""
+    import httpx
+
+    gw = await start_gateway(media=(tmp_path / "media").as_uri(), media_listen="127.0.0.1:0")
+    photo = tmp_path / "cat.png"
+    photo.write_bytes(os.urandom(2000))
+    async with chats(gw, ["--uid", "61", "--peer", "62"], ["--uid", "62", "--peer", "61"]) as (
+        sender,
+        receiver,
+    ):
+        await sender.type(f"/send {photo}")
+        sent = await sender.until("(sent cat.png as media/61/")
+        key = sent.split(" as ", 1)[1].rstrip(")")
+        await receiver.until(f"61: [image] cat.png ({key})")
+        line = await receiver.until(": download http://127.0.0.1:")
+        url = line.split(": download ", 1)[1].rstrip(")")
+        async with httpx.AsyncClient() as http:
+            got = await http.get(url)
+        assert (got.status_code, got.content) == (200, photo.read_bytes())
+        await sender.type(f"/send {tmp_path / 'missing.png'}")
+        await sender.until("! not sent: ")
+        assert await sender.quit() == (0, "")

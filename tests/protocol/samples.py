@@ -15,6 +15,7 @@ from protocol import frames as f
 from protocol.ops import MAX_U64, ErrorCode, KickReason
 
 CMID = "c3a1f6e0-1b2c-4d5e-8f90-123456789abc"
+SHA = "ab" * 32  # a SHA-256 in hex
 BIG = 2**63 + 5  # above 2^53 and 2^63: JavaScript BigInt territory, msgpack uint64
 MSG = f.MsgRecord(7, BIG, 0, 6, b"\x83\xa5event", 1_700_000_000_000, "")
 MSG2 = f.MsgRecord(8, 99, 42, 1, b"hi", 1_700_000_000_001, CMID)
@@ -58,6 +59,8 @@ SAMPLES: list[tuple[f.Frame, list[Any]]] = [
     (f.GroupMembers(10, 9, (4,), (2, 3)), [54, 10, 9, [4], [2, 3]]),
     (f.GroupInfo(11, 9), [56, 11, 9]),
     (f.Logout(), [62]),
+    (f.MediaUpload(12, SHA, 1234, "image/png"), [70, 12, SHA, 1234, "image/png"]),
+    (f.MediaGet(13, "media/42/" + SHA), [72, 13, "media/42/" + SHA]),
     # server to client
     (
         f.LoginOk(1, "gw-1", 30, 75, 65_536, 2_048, 1_700_000_000_000),
@@ -100,6 +103,10 @@ SAMPLES: list[tuple[f.Frame, list[Any]]] = [
     (f.ConvOk(8, 9), [51, 8, 9]),
     (f.Ok(10), [55, 10]),
     (f.GroupInfoResult(11, 9, "team", 2, (2, 3, 4)), [57, 11, 9, "team", 2, [2, 3, 4]]),
+    (
+        f.MediaUrl(12, "media/42/x", "http://h/m?sig=s", 1_700_000_000_000),
+        [71, 12, "media/42/x", "http://h/m?sig=s", 1_700_000_000_000],
+    ),
     (f.Kick(KickReason.DRAINING, "", "gw-2:7000"), [60, 2, "", "gw-2:7000"]),
     (f.Error(0, ErrorCode.BAD_REQUEST, "READ.conv_id"), [127, 0, 4, "READ.conv_id"]),
 ]
@@ -166,6 +173,12 @@ _FIELD: dict[str, st.SearchStrategy[Any]] = {
     "text": st.text(max_size=30),
     "reconnect_hint": st.text(max_size=30),
     "code": u64,
+    "sha256": st.text(max_size=70),
+    "size": u64,
+    "content_type": st.text(max_size=30),
+    "key": st.text(max_size=100),
+    "url": st.text(max_size=100),
+    "expires_ms": u64,
 }
 _OVERRIDE: dict[tuple[type, str], st.SearchStrategy[Any]] = {
     (f.Push, "client_msg_id"): st.text(max_size=64),  # "" for server-written messages

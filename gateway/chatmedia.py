@@ -1,0 +1,58 @@
+"""`imgw chat`'s files: `/send PATH` asks the gateway for an upload URL (MEDIA_UPLOAD),
+PUTs the file there over HTTP and sends a media message carrying the key; a media
+message that arrives is shown with the download URL the gateway signs for it
+(MEDIA_GET)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import mimetypes
+import os
+from typing import Final
+
+import httpx
+
+from gateway.client import Client
+from protocol.frames import SendAck
+from protocol.ops import MsgType
+from storage.media.keys import key_of_content, media_content
+
+UPLOAD_TIMEOUT_S: Final = 300.0
+
+
+def _read(path: str) -> tuple[bytes, str, str]:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+    return data, hashlib.sha256(data).hexdigest(), ctype
+
+
+def msg_type_of(content_type: str) -> MsgType:
+    major = content_type.split("/", 1)[0]
+    return {"image": MsgType.IMAGE, "audio": MsgType.VOICE}.get(major, MsgType.FILE)
+
+
+async def send_file(client: Client, conv_id: int, path: str) -> tuple[SendAck, str]:
+    """Upload the file at `path` and send it to `conv_id`; the ack and the key. Raises
+    OSError (the file, the upload) or ClientError (the gateway refused)."""
+    data, sha256, ctype = await asyncio.to_thread(_read, path)
+    signed = await client.media_upload(sha256, len(data), ctype)
+    if signed.url:  # "": stored already
+        async with httpx.AsyncClient(timeout=UPLOAD_TIMEOUT_S) as http:
+            try:
+                reply = await http.put(signed.url, content=data, headers={"Content-Type": ctype})
+            except httpx.HTTPError as e:
+                raise OSError(f"upload failed: {e}") from e
+        if reply.status_code >= 300:
+            raise OSError(f"upload refused: HTTP {reply.status_code} {reply.text.strip()}")
+    content = media_content(signed.key, name=os.path.basename(path), size=len(data), type=ctype)
+    ack = await client.send(conv_id, content, msg_type_of(ctype))
+    return ack, signed.key
+
+
+def media_key_in(msg_type: int, content: bytes) -> str | None:
+    """The key a media message carries, if it is one."""
+    if msg_type not in (MsgType.IMAGE, MsgType.VOICE, MsgType.FILE):
+        return None
+    return key_of_content(content)

@@ -1,0 +1,187 @@
+"""The media listener (`--media-listen`): serves the signed URLs of a `file://` media root
+(storage/media/signing.py). One request per connection, then close:
+
+- `PUT /media/<uid>/<sha256>?exp&size&type&sig` with `Content-Length: size` and
+  `Content-Type: type`: the body is streamed to a temporary file beside the object,
+  its SHA-256 checked against the key, then renamed into place (fsynced). 201.
+- `GET` of a signed download URL: the object, as the signed type. 200.
+
+Refusals: 403 (a bad or expired signature), 400 (a malformed request, another body
+than the key's hash), 413 (another length than signed), 404 (no such object), 405.
+Apart from the admin port (gateway/admin.py), which is for operators, holds at most
+256 KiB bodies and is usually bound to loopback: this one faces clients and streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import time
+from typing import IO, Final
+from urllib.parse import unquote, urlsplit
+
+import structlog
+
+from storage.media.keys import parse_key
+from storage.media.objects import FileObjects
+from storage.media.signing import Grant, SignatureError, verify
+
+CHUNK: Final = 256 * 1024
+MAX_HEADERS: Final = 64
+HEAD_TIMEOUT_S: Final = 10.0
+BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body
+
+
+class _Refused(Exception):
+    def __init__(self, status: str, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+class MediaHttpServer:
+    def __init__(self, objects: FileObjects, host: str, port: int, *, reuse_port: bool) -> None:
+        self._objects = objects
+        self._host = host
+        self._port = port
+        self._reuse_port = reuse_port
+        self._server: asyncio.Server | None = None
+        self.log = structlog.get_logger("imgw.media")
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, self._host, self._port, reuse_port=self._reuse_port or None
+        )
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                await self._serve(reader, writer)
+            except _Refused as e:
+                body = f"{e.text}\n".encode()
+                writer.write(
+                    f"HTTP/1.1 {e.status}\r\nContent-Type: text/plain\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                    + body
+                )
+            await writer.drain()
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        async with asyncio.timeout(HEAD_TIMEOUT_S):
+            parts = (await reader.readline()).decode("latin-1").split()
+            headers: dict[str, str] = {}
+            for _ in range(MAX_HEADERS):
+                line = (await reader.readline()).decode("latin-1").strip()
+                if not line:
+                    break
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            else:
+                raise _Refused("431 Request Header Fields Too Large", "too many headers")
+        if len(parts) != 3:
+            raise _Refused("400 Bad Request", "bad request line")
+        method, target, version = parts
+        if method not in ("GET", "PUT"):
+            raise _Refused("405 Method Not Allowed", "use GET or PUT of a signed URL")
+        url = urlsplit(target)
+        try:
+            grant = verify(self._objects.secret, method, unquote(url.path), url.query, time.time())
+        except SignatureError as e:
+            self.log.info("media URL refused", method=method, reason=e.reason)
+            raise _Refused("403 Forbidden", "URL refused (bad or expired signature)") from None
+        if parse_key(grant.key) is None:
+            raise _Refused("400 Bad Request", "not a media key")
+        if method == "PUT":
+            await self._put(grant, headers, version, reader, writer)
+        else:
+            await self._get(grant, writer)
+
+    async def _put(
+        self,
+        grant: Grant,
+        headers: dict[str, str],
+        version: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        length = headers.get("content-length", "")
+        if not length.isdigit() or int(length) != grant.size:
+            raise _Refused("413 Content Too Large", f"Content-Length must be {grant.size}")
+        if headers.get("content-type", "").split(";")[0].strip().lower() != grant.content_type:
+            raise _Refused("400 Bad Request", f"Content-Type must be {grant.content_type}")
+        if headers.get("expect", "").lower() == "100-continue" and version == "HTTP/1.1":
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        path = self._objects.path(grant.key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.part"
+        digest = hashlib.sha256()
+        fh: IO[bytes] = await asyncio.to_thread(open, tmp, "wb")
+        try:
+            left = grant.size
+            while left:
+                async with asyncio.timeout(BODY_IDLE_S):
+                    chunk = await reader.read(min(CHUNK, left))
+                if not chunk:
+                    raise _Refused("400 Bad Request", "the body ended early")
+                left -= len(chunk)
+                digest.update(chunk)
+                await asyncio.to_thread(fh.write, chunk)
+            if digest.hexdigest() != grant.key.rsplit("/", 1)[1]:
+                raise _Refused("400 Bad Request", "the body's SHA-256 is not the key's")
+            await asyncio.to_thread(_finish, fh, tmp, path)
+        except BaseException:
+            fh.close()
+            await asyncio.to_thread(_unlink, tmp)
+            raise
+        writer.write(b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+
+    async def _get(self, grant: Grant, writer: asyncio.StreamWriter) -> None:
+        try:
+            fh: IO[bytes] = await asyncio.to_thread(open, self._objects.path(grant.key), "rb")
+        except FileNotFoundError:
+            raise _Refused("404 Not Found", "no such object") from None
+        try:
+            size = os.fstat(fh.fileno()).st_size
+            writer.write(
+                f"HTTP/1.1 200 OK\r\nContent-Type: {grant.content_type}\r\n"
+                f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode()
+            )
+            while chunk := await asyncio.to_thread(fh.read, CHUNK):
+                writer.write(chunk)
+                await writer.drain()
+        finally:
+            fh.close()
+
+
+def _finish(fh: IO[bytes], tmp: str, path: str) -> None:
+    """Flush the upload to disk and put it in place (atomically: a reader sees the old
+    object or the whole new one)."""
+    fh.flush()
+    os.fsync(fh.fileno())
+    fh.close()
+    os.replace(tmp, path)
+    fd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

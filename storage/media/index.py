@@ -1,0 +1,209 @@
+"""The media index in the store's database: uploads and the conversations referencing
+them (tables created by the store's migration: SQLite schema 4, MySQL schema 7).
+
+- `im_media_upload(media_key PK, uid, size, content_type, created_ms, referenced)`: one
+  row per key whose upload URL was handed out; `referenced` turns 1 with the first
+  reference and never back, so the orphan sweep reads the index `(referenced,
+  created_ms)` and never the referenced rows.
+- `im_media_ref(media_key, conv_id) PK`: a conversation holds a message carrying the key
+  (written before that message's commit: see docs/decisions.md).
+
+Only keys are stored, never URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from storage.errors import StoreUnavailable
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    key: str
+    uid: int
+    size: int
+    content_type: str
+    created_ms: int
+    referenced: bool
+
+
+class MediaIndex(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def record_upload(
+        self, key: str, uid: int, size: int, content_type: str, now_ms: int
+    ) -> Upload:
+        """Record an upload URL handed out for `key` (again: its size, type and time are
+        renewed while no message references it); the row as it is now."""
+        ...
+
+    async def get_upload(self, key: str) -> Upload | None: ...
+
+    async def add_reference(self, key: str, conv_id: int, now_ms: int) -> bool:
+        """`conv_id` holds (or is about to hold) a message carrying `key`, an upload that
+        `record_upload` recorded; False (writing nothing) if no such upload exists."""
+        ...
+
+    async def referencing(self, key: str, limit: int) -> list[int]:
+        """Up to `limit` conversations referencing `key`."""
+        ...
+
+    async def orphans(self, before_ms: int, limit: int) -> list[Upload]:
+        """The oldest `limit` uploads created before `before_ms` that nothing references."""
+        ...
+
+    async def forget(self, key: str, before_ms: int) -> bool:
+        """Delete the upload row if it is still an orphan created before `before_ms`."""
+        ...
+
+
+_UPLOAD_COLS = "media_key, uid, size, content_type, created_ms, referenced"
+
+
+def _upload(row: tuple[object, ...]) -> Upload:
+    key, uid, size, ctype, ms, ref = row
+    return Upload(str(key), int(uid), int(size), str(ctype), int(ms), bool(ref))  # type: ignore[call-overload]
+
+
+class SqliteMediaIndex:
+    """The media index of an embedded store's database file (the gateway's own store has
+    it open too: SQLite's locks and the busy timeout share it)."""
+
+    def __init__(self, path: str, *, busy_timeout_ms: int = 5000) -> None:
+        self._path = path
+        self._busy_ms = busy_timeout_ms
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="imgw-media-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    async def _do(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            assert self._conn is not None, "media index not open"
+            return fn(self._conn)
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"sqlite: {e}") from e
+
+    async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def body(c: sqlite3.Connection) -> T:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                out = fn(c)
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            c.execute("COMMIT")
+            return out
+
+        return await self._do(body)
+
+    async def open(self) -> None:
+        from storage.embedded.schema import connect, migrate
+
+        def go() -> None:
+            if self._path != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
+            self._conn = connect(self._path, self._busy_ms)
+            migrate(self._conn)
+
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._pool, go)
+        except sqlite3.Error as e:
+            raise StoreUnavailable(f"sqlite: {e}") from e
+
+    async def close(self) -> None:
+        def go() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await asyncio.get_running_loop().run_in_executor(self._pool, go)
+        self._pool.shutdown(wait=True)
+
+    async def record_upload(
+        self, key: str, uid: int, size: int, content_type: str, now_ms: int
+    ) -> Upload:
+        def body(c: sqlite3.Connection) -> Upload:
+            c.execute(
+                f"INSERT INTO im_media_upload ({_UPLOAD_COLS}) VALUES (?,?,?,?,?,0) "
+                "ON CONFLICT (media_key) DO UPDATE SET size=excluded.size, "
+                "content_type=excluded.content_type, created_ms=excluded.created_ms "
+                "WHERE referenced=0",
+                (key, uid, size, content_type, now_ms),
+            )
+            row = c.execute(
+                f"SELECT {_UPLOAD_COLS} FROM im_media_upload WHERE media_key=?", (key,)
+            ).fetchone()
+            return _upload(row)
+
+        return await self._tx(body)
+
+    async def get_upload(self, key: str) -> Upload | None:
+        def q(c: sqlite3.Connection) -> Upload | None:
+            row = c.execute(
+                f"SELECT {_UPLOAD_COLS} FROM im_media_upload WHERE media_key=?", (key,)
+            ).fetchone()
+            return None if row is None else _upload(row)
+
+        return await self._do(q)
+
+    async def add_reference(self, key: str, conv_id: int, now_ms: int) -> bool:
+        def body(c: sqlite3.Connection) -> bool:
+            found = c.execute(
+                "UPDATE im_media_upload SET referenced=1 WHERE media_key=?", (key,)
+            ).rowcount
+            if not found:
+                return False
+            c.execute(
+                "INSERT OR IGNORE INTO im_media_ref (media_key, conv_id, created_ms) "
+                "VALUES (?,?,?)",
+                (key, conv_id, now_ms),
+            )
+            return True
+
+        return await self._tx(body)
+
+    async def referencing(self, key: str, limit: int) -> list[int]:
+        def q(c: sqlite3.Connection) -> list[int]:
+            rows = c.execute(
+                "SELECT conv_id FROM im_media_ref WHERE media_key=? ORDER BY conv_id LIMIT ?",
+                (key, limit),
+            ).fetchall()
+            return [int(r[0]) for r in rows]
+
+        return await self._do(q)
+
+    async def orphans(self, before_ms: int, limit: int) -> list[Upload]:
+        def q(c: sqlite3.Connection) -> list[Upload]:
+            rows = c.execute(
+                f"SELECT {_UPLOAD_COLS} FROM im_media_upload "
+                "WHERE referenced=0 AND created_ms<? ORDER BY created_ms LIMIT ?",
+                (before_ms, limit),
+            ).fetchall()
+            return [_upload(r) for r in rows]
+
+        return await self._do(q)
+
+    async def forget(self, key: str, before_ms: int) -> bool:
+        def body(c: sqlite3.Connection) -> bool:
+            return bool(
+                c.execute(
+                    "DELETE FROM im_media_upload "
+                    "WHERE media_key=? AND referenced=0 AND created_ms<?",
+                    (key, before_ms),
+                ).rowcount
+            )
+
+        return await self._tx(body)

@@ -1,0 +1,177 @@
+"""The media objects and their signed URLs, by media URL (the archive's two schemes):
+
+- `file:///abs/path`: a directory on the gateway's machine; its URLs point at the
+  gateway's media listener (gateway/mediahttp.py) and are signed with the media secret
+  (storage/media/signing.py);
+- `s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1`: S3 or an
+  S3-compatible store, presigned with botocore (SigV4). Credentials come from the usual
+  AWS sources, never from the URL.
+
+An object's path is `<root>/<key>`. Signing is local computation; the calls that touch
+the objects (`size_of`, `delete`) run in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from storage.media.signing import Grant, signed_path
+
+
+class MediaUrlError(ValueError):
+    """A media URL this build cannot open."""
+
+
+class MediaObjects(Protocol):
+    url: str
+
+    def upload_url(self, key: str, size: int, content_type: str, exp_s: int) -> str:
+        """A URL to PUT exactly `size` bytes of `content_type` to, until `exp_s`."""
+        ...
+
+    def download_url(self, key: str, content_type: str, exp_s: int) -> str:
+        """A URL to GET the object from, until `exp_s` (Unix seconds)."""
+        ...
+
+    async def size_of(self, key: str) -> int | None:
+        """The stored object's size; None when there is none."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """Delete the object (no error if it is gone already)."""
+        ...
+
+
+class FileObjects:
+    """A media root on local disk, served by the gateway's media listener."""
+
+    def __init__(self, url: str, root: str, secret: bytes) -> None:
+        self.url = url
+        self.root = root
+        self.secret = secret
+        # the listener's base URL (http://host:port), known once it is bound
+        self.base_url: Callable[[], str] = lambda: ""
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.root, *key.split("/"))
+
+    def upload_url(self, key: str, size: int, content_type: str, exp_s: int) -> str:
+        grant = Grant("PUT", key, exp_s, size, content_type)
+        return self.base_url() + signed_path(self.secret, grant)
+
+    def download_url(self, key: str, content_type: str, exp_s: int) -> str:
+        grant = Grant("GET", key, exp_s, 0, content_type)
+        return self.base_url() + signed_path(self.secret, grant)
+
+    async def size_of(self, key: str) -> int | None:
+        def stat() -> int | None:
+            try:
+                return os.stat(self.path(key)).st_size
+            except FileNotFoundError:
+                return None
+
+        return await asyncio.to_thread(stat)
+
+    async def delete(self, key: str) -> None:
+        def unlink() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path(key))
+
+        await asyncio.to_thread(unlink)
+
+
+class S3Objects:
+    """A bucket (and prefix) of S3 or an S3-compatible store, through boto3."""
+
+    def __init__(self, url: str, bucket: str, prefix: str, endpoint: str, region: str) -> None:
+        import boto3
+        from botocore.config import Config as BotoConfig
+
+        self.url = url
+        self.bucket = bucket
+        self.prefix = prefix
+        style = "path" if endpoint else "auto"  # S3-compatible stores: path-style
+        self._s3: Any = boto3.session.Session().client(
+            "s3",
+            endpoint_url=endpoint or None,
+            region_name=region or None,
+            config=BotoConfig(signature_version="s3v4", s3={"addressing_style": style}),
+        )
+
+    def object_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _expires_in(self, exp_s: int) -> int:
+        import time
+
+        return max(1, exp_s - int(time.time()))
+
+    def upload_url(self, key: str, size: int, content_type: str, exp_s: int) -> str:
+        params = {"Bucket": self.bucket, "Key": self.object_key(key), "ContentType": content_type}
+        url: str = self._s3.generate_presigned_url(
+            "put_object", Params=params, ExpiresIn=self._expires_in(exp_s), HttpMethod="PUT"
+        )
+        return url
+
+    def download_url(self, key: str, content_type: str, exp_s: int) -> str:
+        params = {
+            "Bucket": self.bucket,
+            "Key": self.object_key(key),
+            "ResponseContentType": content_type,
+        }
+        url: str = self._s3.generate_presigned_url(
+            "get_object", Params=params, ExpiresIn=self._expires_in(exp_s)
+        )
+        return url
+
+    async def size_of(self, key: str) -> int | None:
+        from botocore.exceptions import ClientError
+
+        def head() -> int | None:
+            try:
+                meta = self._s3.head_object(Bucket=self.bucket, Key=self.object_key(key))
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                raise
+            return int(meta["ContentLength"])
+
+        return await asyncio.to_thread(head)
+
+    async def delete(self, key: str) -> None:
+        await asyncio.to_thread(
+            self._s3.delete_object, Bucket=self.bucket, Key=self.object_key(key)
+        )
+
+
+def open_objects(url: str, secret: bytes) -> FileObjects | S3Objects:
+    """The objects of a media URL; `secret` signs the URLs of a `file://` root."""
+    parts = urlsplit(url)
+    opts = dict(parse_qsl(parts.query))
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise MediaUrlError(f"bad media URL {url!r}: use file:///absolute/path")
+        if opts:
+            raise MediaUrlError(f"unknown file:// options {sorted(opts)} in {url!r}")
+        return FileObjects(url, unquote(parts.path), secret)
+    if parts.scheme == "s3":
+        bucket = parts.netloc
+        if not bucket or "@" in bucket:
+            raise MediaUrlError(
+                f"bad media URL {url!r}: use s3://bucket/prefix?endpoint=http://host:port "
+                "(credentials from the environment, never in the URL)"
+            )
+        endpoint = opts.pop("endpoint", "")
+        region = opts.pop("region", "")
+        if opts:
+            raise MediaUrlError(f"unknown s3:// options {sorted(opts)} in {url!r}")
+        prefix = unquote(parts.path).strip("/")
+        return S3Objects(url, bucket, prefix, endpoint, region)
+    raise MediaUrlError(
+        f"unsupported media URL {url!r}: use file:///path or s3://bucket/prefix?endpoint=..."
+    )

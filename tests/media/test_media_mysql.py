@@ -1,0 +1,46 @@
+"""The media tables on MySQL: schema 7, in the metadata database only, added to an
+older schema by `imgw db migrate`."""
+
+from __future__ import annotations
+
+import aiomysql
+import pytest
+
+from storage.mysql import MySQLSettings, MySQLStore, migrate
+from storage.mysql.schema import SCHEMA_VERSION, ddl
+from tests.support.services import drop_mysql, fresh_mysql
+
+MEDIA_TABLES = {"im_media_upload", "im_media_ref"}
+
+
+def test_the_media_tables_live_in_the_metadata_database_only() -> None:
+    def tables(statements: list[str]) -> set[str]:
+        return {t for t in MEDIA_TABLES for s in statements if f"EXISTS {t} " in s}
+
+    assert tables(ddl(4, meta=True)) == MEDIA_TABLES
+    assert tables(ddl([0, 1], meta=False)) == set()
+    assert SCHEMA_VERSION == 7
+
+
+async def test_migrate_adds_the_media_tables_to_schema_5() -> None:
+    url = await fresh_mysql()
+    s = MySQLSettings.from_url(url)
+    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
+                                  db=s.database, autocommit=True)  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("DROP TABLE im_media_upload, im_media_ref")
+            await cur.execute("UPDATE im_meta SET value='5' WHERE name='schema_version'")
+        store = MySQLStore(s)
+        with pytest.raises(Exception, match="imgw db migrate"):
+            await store.start()
+        await store.close()
+        assert await migrate(s)
+        async with conn.cursor() as cur:
+            await cur.execute("SHOW TABLES LIKE 'im\\_media%%'")
+            assert {r[0] for r in await cur.fetchall()} == MEDIA_TABLES
+            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
+            assert (await cur.fetchone())[0] == "7"
+    finally:
+        conn.close()
+        await drop_mysql(url)

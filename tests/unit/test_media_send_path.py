@@ -1,0 +1,52 @@
+"""With media on, a text SEND keeps the synchronous path and never touches the media
+index; only a media type (2-4) takes the queued path, where its key is checked."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from gateway.config import Config
+from gateway.handlers.messaging import send_now
+from protocol.frames import Send
+from protocol.ops import MsgType
+
+
+class Untouchable:
+    """A media service that fails the test if anything but `is not None` looks at it."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the text SEND path touched media.{name}")
+
+
+class Batcher:
+    pending = 0
+
+    def __init__(self) -> None:
+        self.submitted: list[Any] = []
+
+    def submit(self, msg: Any) -> asyncio.Future[Any]:
+        self.submitted.append(msg)
+        return asyncio.get_running_loop().create_future()
+
+
+async def test_text_sends_stay_synchronous_and_media_types_are_queued() -> None:
+    batcher = Batcher()
+    node: Any = SimpleNamespace(
+        config=Config(),
+        media=Untouchable(),
+        batcher=batcher,
+        limiter=SimpleNamespace(take=lambda uid: True),
+        loop=asyncio.get_running_loop(),
+    )
+    conn: Any = SimpleNamespace(uid=1, hold_sends=lambda: None)
+    assert send_now(node, conn, Send(1, 5, "t", MsgType.TEXT, b"hi"))
+    assert send_now(node, conn, Send(2, 5, "a", 100, b"app type"))
+    assert [m.client_msg_id for m in batcher.submitted] == ["t", "a"]
+    for media_type in (MsgType.IMAGE, MsgType.VOICE, MsgType.FILE):
+        assert not send_now(node, conn, Send(3, 5, "m", media_type, b"\x81\xa3key\xa1k"))
+    assert len(batcher.submitted) == 2
+    node.media = None  # media off: every type takes the synchronous path, as before
+    assert send_now(node, conn, Send(4, 5, "i", MsgType.IMAGE, b"\x81\xa3key\xa1k"))
+    assert len(batcher.submitted) == 3
