@@ -37,11 +37,13 @@ from protocol.frames import Push, SyncHint
 from protocol.ops import KickReason
 from storage.errors import BackendUnavailable
 from storage.models import OutboxRow, Route, StoredMessage
+from storage.pacing import Pacer
 from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
 
 RATE_PRUNE_EVERY_S: Final = 60.0
 PACE_STEP_S: Final = 0.05
 KICKS_IN_FLIGHT: Final = 2  # duplicate-login kick publishes out at once (all nodes)
+KICKS_LINGER_S: Final = 0.002  # between them, under load
 
 
 class Node:
@@ -143,8 +145,14 @@ class Node:
         self._next_conn_id = time.time_ns() // 1000
         self._renewals: list[Route] = []
         self._kicks: dict[str, list[int]] = {}  # node -> conn_ids to KICK, not yet sent
-        self._kicking = 0  # kick publishes out
-        self._kick_scheduled = False
+        self._kick_pacer = Pacer(
+            self._publish_kicks,
+            lambda: bool(self._kicks),
+            self._kicks.clear,  # shutdown
+            in_flight=KICKS_IN_FLIGHT,
+            linger_s=KICKS_LINGER_S,
+            spawn=self.spawn,  # settle() waits for them
+        )
         # frames waiting for connections whose transport is past its high-water mark
         self.backlog: dict[Connection, Backlog] = {}
         self._soon: dict[Connection, list[bytes]] = {}  # frames to write at the iteration's end
@@ -390,28 +398,15 @@ class Node:
     def _kick_remote(self, node: str, conn_id: int) -> None:
         """KICK duplicate_login to a connection on another node. After a node dies, every
         client of it that logs in here names it, thousands a second in a reconnect storm:
-        the kicks go out as one publish per node, at most KICKS_IN_FLIGHT publishes at
-        once, and the kicks asked meanwhile gather for the next (the broker's confirm takes
-        many loop iterations; one publish per iteration carried about one kick)."""
+        the kicks waiting go out as one publish per node, paced like the stores'
+        coalescers (storage/pacing.py; one publish per loop iteration carried about one
+        kick)."""
         self._kicks.setdefault(node, []).append(conn_id)
-        if not self._kick_scheduled and self._kicking < KICKS_IN_FLIGHT:
-            self._kick_scheduled = True
-            self.loop.call_soon(self._flush_kicks)
+        self._kick_pacer.request()
 
-    def _flush_kicks(self) -> None:
-        self._kick_scheduled = False
-        while self._kicks and self._kicking < KICKS_IN_FLIGHT:
-            node = next(iter(self._kicks))
-            self._kicking += 1
-            self.spawn(
-                self.bus.publish(node, envelope.kick(self._kicks.pop(node)))
-            ).add_done_callback(self._kicked)
-
-    def _kicked(self, _: asyncio.Task[Any]) -> None:
-        self._kicking -= 1
-        if self._kicks and not self._kick_scheduled:
-            self._kick_scheduled = True
-            self.loop.call_soon(self._flush_kicks)
+    async def _publish_kicks(self) -> None:
+        node = next(iter(self._kicks))
+        await self.bus.publish(node, envelope.kick(self._kicks.pop(node)))
 
     async def end_session(self, conn: Connection) -> None:
         """LOGOUT: the route goes at once (closing it later removes nothing twice)."""

@@ -3,10 +3,10 @@ to SYNC_BATCH_MAX), and one more for all their unread counts.
 
 After a mass reconnect thousands arrive at once; one pooled connection per SYNC, held
 while a saturated loop got round to each reply, left them queueing until the store
-timeout answered `unavailable`. At most SYNC_IN_FLIGHT batches are out at once: SYNCs
-asked meanwhile gather for the next, so batches grow with the load (sending one batch
-per event-loop iteration sent 1.3-1.5 SYNCs a batch in a reconnect storm), while an
-idle node sends a lone SYNC at the end of the iteration it was asked in.
+timeout answered `unavailable`. When a batch goes is a `Pacer`'s (storage/pacing.py):
+at most SYNC_IN_FLIGHT out, at most one every SYNC_LINGER_S under load, at once when
+idle. (One batch per event-loop iteration sent 1.3-1.5 SYNCs a batch in a reconnect
+storm.)
 
 A batch first asks which of its users have any conversation changed since their `since`
 (one statement for the whole batch); a first page of a user with none is empty and costs
@@ -18,17 +18,19 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from storage.errors import StoreUnavailable
 from storage.models import SyncPage, SyncRow
 from storage.mysql import sql
 from storage.mysql.transactions import Cursor, Row, Transactions, next_rows
+from storage.pacing import Pacer
 
 SYNC_BATCH_MAX: Final = 64  # SYNCs per multi-statement query
 SYNC_IN_FLIGHT: Final = 3  # batches out at once
+SYNC_LINGER_S: Final = 0.002  # between batches, under load
 _SYNC_SQL: Final = """SELECT m.conv_id AS cid, c.kind, COALESCE(m.left_seq, s.max_seq) AS max_seq,
   m.read_seq, COALESCE(d.seq, 0), COALESCE(m.left_ms, s.last_active_ms) AS last_active,
   (m.left_seq IS NULL),
@@ -105,9 +107,14 @@ class SyncBatcher:
     def __init__(self, db: Transactions, table_of: Callable[[int], str]) -> None:
         self._db = db
         self._table_of = table_of  # the message table (shard) of a conversation
-        self._syncs: list[_SyncAsk] = []  # asked in this loop iteration
-        self._sync_tasks: set[asyncio.Task[None]] = set()
-        self._scheduled = False
+        self._syncs: list[_SyncAsk] = []  # asked, not yet sent
+        self._pacer = Pacer(
+            self._next_batch,
+            lambda: bool(self._syncs),
+            self._cancel_waiting,
+            in_flight=SYNC_IN_FLIGHT,
+            linger_s=SYNC_LINGER_S,
+        )
 
     async def ask(
         self,
@@ -119,35 +126,22 @@ class SyncBatcher:
         limit: int,
     ) -> SyncPage:
         """One page of the user's conversations changed since `changed_since_ms`,
-        asked together with the other SYNCs of this loop iteration."""
+        asked together with the other SYNCs waiting for the next batch."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[SyncPage] = loop.create_future()
         self._syncs.append(_SyncAsk(uid, device, changed_since_ms, after, limit, fut))
-        if not self._scheduled and len(self._sync_tasks) < SYNC_IN_FLIGHT:
-            self._scheduled = True
-            loop.call_soon(self._flush_syncs)
+        self._pacer.request()
         return await fut
 
-    def _flush_syncs(self) -> None:
-        self._scheduled = False
-        loop = asyncio.get_running_loop()
-        while self._syncs and len(self._sync_tasks) < SYNC_IN_FLIGHT:
-            asks = self._syncs[:SYNC_BATCH_MAX]
-            del self._syncs[:SYNC_BATCH_MAX]
-            task = loop.create_task(self._sync_batch(asks))
-            self._sync_tasks.add(task)
-            task.add_done_callback(self._batch_done)
+    def _next_batch(self) -> Coroutine[Any, Any, None]:
+        asks = self._syncs[:SYNC_BATCH_MAX]
+        del self._syncs[:SYNC_BATCH_MAX]
+        return self._sync_batch(asks)
 
-    def _batch_done(self, task: asyncio.Task[None]) -> None:
-        self._sync_tasks.discard(task)
-        if task.cancelled():  # shutdown: so are the asks still waiting
-            asks, self._syncs = self._syncs, []
-            for a in asks:
-                a.fut.cancel()
-            return
-        if self._syncs and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush_syncs)
+    def _cancel_waiting(self) -> None:  # shutdown: so are the asks still waiting
+        asks, self._syncs = self._syncs, []
+        for a in asks:
+            a.fut.cancel()
 
     async def _sync_batch(self, asks: list[_SyncAsk]) -> None:
         async def q(cur: Cursor) -> tuple[list[list[Row]], list[dict[int, int]]]:

@@ -15,14 +15,15 @@ every master.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Coroutine, Sequence
+from typing import Any, ClassVar
 
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from storage.errors import CacheUnavailable
+from storage.pacing import Pacer
 from storage.redis import raw
 from storage.redis.connect import Client
 from storage.redis.errors import unavailable
@@ -78,13 +79,8 @@ async def _send(client: Client, calls: Sequence[ScriptCall]) -> list[Reply]:
 class Coalescer:
     """Script calls sent together in one pipeline (`run_pipelined`): a storm of logins or
     disconnects costs a round trip and a pooled connection per pipeline, not per call.
-
-    At most `MAX_IN_FLIGHT` pipelines are out at once; calls made meanwhile wait for one
-    to come back and go together in the next. An idle coalescer sends a call at the end
-    of the event-loop iteration it was made in, so a lone login waits for nothing; under
-    load the pipelines grow with the load. (Flushing every iteration sent 1.0-1.3 calls
-    a pipeline in a reconnect storm: a loop busy with thousands of sockets turns over
-    thousands of times a second.)
+    When a pipeline goes is a `Pacer`'s (storage/pacing.py): at most MAX_IN_FLIGHT out,
+    at most one every LINGER_S under load, at once when idle.
 
     Each caller gets its own reply: its own error reply as `CacheUnavailable` (one bad
     call fails only its caller), and each caller its own `CacheUnavailable` when the
@@ -92,44 +88,36 @@ class Coalescer:
 
     MAX_IN_FLIGHT: ClassVar[int] = 2
     MAX_CALLS: ClassVar[int] = 1024  # per pipeline
+    LINGER_S: ClassVar[float] = 0.002
 
     def __init__(self, client: Client, what: str, limit_s: float) -> None:
         self._client = client
         self._what = what
         self._limit = limit_s
         self._pending: list[tuple[ScriptCall, asyncio.Future[Reply]]] = []
-        self._flushes: set[asyncio.Task[None]] = set()
-        self._scheduled = False
+        self._pacer = Pacer(
+            self._next,
+            lambda: bool(self._pending),
+            self._cancel_pending,
+            in_flight=self.MAX_IN_FLIGHT,
+            linger_s=self.LINGER_S,
+        )
 
     async def call(self, call: ScriptCall) -> Reply:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Reply] = loop.create_future()
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending.append((call, fut))
-        if not self._scheduled and len(self._flushes) < self.MAX_IN_FLIGHT:
-            self._scheduled = True
-            loop.call_soon(self._flush)
+        self._pacer.request()
         return await fut
 
-    def _flush(self) -> None:
-        self._scheduled = False
-        loop = asyncio.get_running_loop()
-        while self._pending and len(self._flushes) < self.MAX_IN_FLIGHT:
-            batch = self._pending[: self.MAX_CALLS]
-            del self._pending[: self.MAX_CALLS]
-            task = loop.create_task(self._send(batch))
-            self._flushes.add(task)
-            task.add_done_callback(self._sent)
+    def _next(self) -> Coroutine[Any, Any, None]:
+        batch = self._pending[: self.MAX_CALLS]
+        del self._pending[: self.MAX_CALLS]
+        return self._send(batch)
 
-    def _sent(self, task: asyncio.Task[None]) -> None:
-        self._flushes.discard(task)
-        if task.cancelled():  # shutdown: so are the calls still waiting
-            batch, self._pending = self._pending, []
-            for _, fut in batch:
-                fut.cancel()
-            return
-        if self._pending and not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+    def _cancel_pending(self) -> None:  # shutdown: so are the calls still waiting
+        batch, self._pending = self._pending, []
+        for _, fut in batch:
+            fut.cancel()
 
     async def _send(self, batch: list[tuple[ScriptCall, asyncio.Future[Reply]]]) -> None:
         try:
