@@ -17,7 +17,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from protocol.ops import ErrorCode
-from storage.media.index import MediaIndex, SqliteMediaIndex
+from storage.media.index import CLAIMED_MS, MediaIndex, SqliteMediaIndex
 from storage.media.keys import SHA256_RE, media_key, parse_key, type_allowed
 from storage.media.objects import MediaObjects, open_objects
 from storage.media.sweep import sweep_orphans
@@ -153,6 +153,12 @@ class Media:
         key = media_key(uid, sha256)
         exp = self._exp_s()
         row = await self.index.record_upload(key, uid, size, content_type, self.clock())
+        if not row.referenced and row.created_ms == CLAIMED_MS:
+            # the sweep is deleting an earlier, never sent upload of this file: a new
+            # URL now could have the new upload deleted with it
+            raise MediaError(
+                ErrorCode.UNAVAILABLE, "an earlier upload of this file is being deleted: ask again"
+            )
         if row.referenced and await self.objects.size_of(key) == row.size:
             return SignedUrl(key, "", exp * 1000)  # stored already: send the key
         return SignedUrl(key, self.objects.upload_url(key, size, content_type, exp), exp * 1000)
