@@ -7,7 +7,8 @@
 - `GET` of a signed download URL: the object, as the signed type. 200.
 
 Refusals: 403 (a bad or expired signature), 400 (a malformed request, another body
-than the key's hash), 413 (another length than signed), 404 (no such object), 405.
+than the key's hash), 413 (another length than signed), 404 (no such object), 405,
+414 and 431 (a request line or header over 64 KiB, more than 64 headers).
 Apart from the admin port (gateway/admin.py), which is for operators, holds at most
 256 KiB bodies and is usually bound to loopback: this one faces clients and streams."""
 
@@ -83,10 +84,18 @@ class MediaHttpServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async with asyncio.timeout(HEAD_TIMEOUT_S):
-            parts = (await reader.readline()).decode("latin-1").split()
+            try:
+                parts = (await reader.readline()).decode("latin-1").split()
+            except ValueError:  # over the reader's limit (64 KiB)
+                raise _Refused("414 URI Too Long", "request line too long") from None
             headers: dict[str, str] = {}
             for _ in range(MAX_HEADERS):
-                line = (await reader.readline()).decode("latin-1").strip()
+                try:
+                    line = (await reader.readline()).decode("latin-1").strip()
+                except ValueError:
+                    raise _Refused(
+                        "431 Request Header Fields Too Large", "header too long"
+                    ) from None
                 if not line:
                     break
                 name, _, value = line.partition(":")
@@ -120,7 +129,8 @@ class MediaHttpServer:
         writer: asyncio.StreamWriter,
     ) -> None:
         length = headers.get("content-length", "")
-        if not length.isdigit() or int(length) != grant.size:
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+        if not (length.isascii() and length.isdigit()) or int(length) != grant.size:
             raise _Refused("413 Content Too Large", f"Content-Length must be {grant.size}")
         if headers.get("content-type", "").split(";")[0].strip().lower() != grant.content_type:
             raise _Refused("400 Bad Request", f"Content-Type must be {grant.content_type}")

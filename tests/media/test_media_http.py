@@ -1,0 +1,88 @@
+"""The media listener (gateway/mediahttp.py) on raw sockets: malformed requests get an
+answer, downloads are served so that a browser never runs them, a peer that stops
+reading is dropped, and closing the listener ends the connections it holds."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from gateway.mediahttp import MediaHttpServer
+from storage.media.keys import media_key
+from storage.media.objects import FileObjects
+
+SECRET = b"0123456789abcdef-media"
+
+
+@pytest.fixture
+async def listener(tmp_path: Path) -> AsyncIterator[MediaHttpServer]:
+    objects = FileObjects("file://", str(tmp_path / "media"), SECRET)
+    server = MediaHttpServer(objects, "127.0.0.1", 0, reuse_port=False)
+    await server.start()
+    objects.base_url = lambda: f"http://127.0.0.1:{server.port}"
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+def _objects(server: MediaHttpServer) -> FileObjects:
+    return server._objects
+
+
+async def _stored(server: MediaHttpServer, data: bytes, ctype: str) -> str:
+    """An object stored under its key; its signed GET URL's path and query."""
+    key = media_key(5, hashlib.sha256(data).hexdigest())
+    path = _objects(server).path(key)
+
+    def write() -> None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(data)
+
+    await asyncio.to_thread(write)
+    url = _objects(server).download_url(key, ctype, int(time.time()) + 60)
+    return url.split(f":{server.port}", 1)[1]
+
+
+async def _exchange(server: MediaHttpServer, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(request)
+        async with asyncio.timeout(5):
+            return await reader.read()
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(
+    ("head", "status"),
+    [
+        (b"GET /x HTTP/1.1\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b"414"),
+    ],
+)
+async def test_an_overlong_head_is_answered(
+    listener: MediaHttpServer, head: bytes, status: bytes
+) -> None:
+    reply = await _exchange(listener, head)
+    assert reply.startswith(b"HTTP/1.1 " + status + b" "), reply[:80]
+
+
+async def test_a_content_length_that_is_no_number_is_answered(
+    listener: MediaHttpServer,
+) -> None:
+    data = b"some bytes"
+    key = media_key(5, hashlib.sha256(data).hexdigest())
+    url = _objects(listener).upload_url(key, len(data), "image/png", int(time.time()) + 60)
+    target = url.split(f":{listener.port}", 1)[1].encode()
+    # "\xb2" is latin-1 for a superscript two: str.isdigit() says yes, int() says no
+    head = b"PUT " + target + b" HTTP/1.1\r\nContent-Length: \xb2\r\nContent-Type: image/png\r\n"
+    reply = await _exchange(listener, head + b"\r\n" + data)
+    assert reply.startswith(b"HTTP/1.1 413 "), reply[:80]
