@@ -9,6 +9,8 @@
 Refusals: 403 (a bad or expired signature), 400 (a malformed request, another body
 than the key's hash), 413 (another length than signed), 404 (no such object), 405,
 414 and 431 (a request line or header over 64 KiB, more than 64 headers).
+Downloads are served with `X-Content-Type-Options: nosniff` and a sandboxing CSP, so
+that an upload of an allowed type a browser could run (SVG, say) is never a page.
 Apart from the admin port (gateway/admin.py), which is for operators, holds at most
 256 KiB bodies and is usually bound to loopback: this one faces clients and streams."""
 
@@ -32,6 +34,10 @@ CHUNK: Final = 256 * 1024
 MAX_HEADERS: Final = 64
 HEAD_TIMEOUT_S: Final = 10.0
 BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body
+# on downloads: never sniffed into another type, never run as a page of this origin
+SAFE_HEADERS: Final = (
+    "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: default-src 'none'; sandbox\r\n"
+)
 
 
 class _Refused(Exception):
@@ -168,7 +174,7 @@ class MediaHttpServer:
         try:
             size = os.fstat(fh.fileno()).st_size
             writer.write(
-                f"HTTP/1.1 200 OK\r\nContent-Type: {grant.content_type}\r\n"
+                f"HTTP/1.1 200 OK\r\nContent-Type: {grant.content_type}\r\n{SAFE_HEADERS}"
                 f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode()
             )
             while chunk := await asyncio.to_thread(fh.read, CHUNK):

@@ -86,3 +86,12 @@ async def test_a_content_length_that_is_no_number_is_answered(
     head = b"PUT " + target + b" HTTP/1.1\r\nContent-Length: \xb2\r\nContent-Type: image/png\r\n"
     reply = await _exchange(listener, head + b"\r\n" + data)
     assert reply.startswith(b"HTTP/1.1 413 "), reply[:80]
+
+
+async def test_downloads_are_never_sniffed_nor_run_as_pages(listener: MediaHttpServer) -> None:
+    target = await _stored(listener, b"<svg onload='alert(1)'/>", "image/svg+xml")
+    reply = await _exchange(listener, f"GET {target} HTTP/1.1\r\n\r\n".encode())
+    head = reply.split(b"\r\n\r\n", 1)[0].decode().lower()
+    assert head.startswith("http/1.1 200 ")
+    assert "\r\nx-content-type-options: nosniff" in head
+    assert "\r\ncontent-security-policy: default-src 'none'; sandbox" in head
