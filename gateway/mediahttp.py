@@ -11,6 +11,8 @@ than the key's hash), 413 (another length than signed), 404 (no such object), 40
 414 and 431 (a request line or header over 64 KiB, more than 64 headers).
 Downloads are served with `X-Content-Type-Options: nosniff` and a sandboxing CSP, so
 that an upload of an allowed type a browser could run (SVG, say) is never a page.
+A peer that sends or reads nothing for BODY_IDLE_S is dropped; `close` ends every
+connection still open (an upload under way is removed).
 Apart from the admin port (gateway/admin.py), which is for operators, holds at most
 256 KiB bodies and is usually bound to loopback: this one faces clients and streams."""
 
@@ -33,7 +35,7 @@ from storage.media.signing import Grant, SignatureError, verify
 CHUNK: Final = 256 * 1024
 MAX_HEADERS: Final = 64
 HEAD_TIMEOUT_S: Final = 10.0
-BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body
+BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body, either way
 # on downloads: never sniffed into another type, never run as a page of this origin
 SAFE_HEADERS: Final = (
     "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: default-src 'none'; sandbox\r\n"
@@ -54,6 +56,7 @@ class MediaHttpServer:
         self._port = port
         self._reuse_port = reuse_port
         self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()  # the connections open
         self.log = structlog.get_logger("imgw.media")
 
     @property
@@ -67,11 +70,21 @@ class MediaHttpServer:
         )
 
     async def close(self) -> None:
+        """Stop listening and end the connections still open (on Python 3.11
+        `wait_closed` does not wait for them)."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        handlers = list(self._handlers)
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        clean = False
         try:
             try:
                 await self._serve(reader, writer)
@@ -82,11 +95,16 @@ class MediaHttpServer:
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
                     + body
                 )
-            await writer.drain()
+            await _drain(writer)
+            clean = True
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            writer.close()
+            self._handlers.discard(task)
+            if clean:
+                writer.close()
+            else:  # close() would wait for a peer that reads nothing to take the rest
+                writer.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async with asyncio.timeout(HEAD_TIMEOUT_S):
@@ -179,9 +197,15 @@ class MediaHttpServer:
             )
             while chunk := await asyncio.to_thread(fh.read, CHUNK):
                 writer.write(chunk)
-                await writer.drain()
+                await _drain(writer)
         finally:
             fh.close()
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Wait for the peer to take what was written, at most BODY_IDLE_S (TimeoutError)."""
+    async with asyncio.timeout(BODY_IDLE_S):
+        await writer.drain()
 
 
 def _finish(fh: IO[bytes], tmp: str, path: str) -> None:

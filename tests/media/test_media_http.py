@@ -5,6 +5,7 @@ reading is dropped, and closing the listener ends the connections it holds."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway import mediahttp
 from gateway.mediahttp import MediaHttpServer
 from storage.media.keys import media_key
 from storage.media.objects import FileObjects
@@ -95,3 +97,51 @@ async def test_downloads_are_never_sniffed_nor_run_as_pages(listener: MediaHttpS
     assert head.startswith("http/1.1 200 ")
     assert "\r\nx-content-type-options: nosniff" in head
     assert "\r\ncontent-security-policy: default-src 'none'; sandbox" in head
+
+
+async def test_a_download_to_a_peer_that_stops_reading_is_dropped(
+    listener: MediaHttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mediahttp, "BODY_IDLE_S", 0.3)
+    data = os.urandom(16 << 20)
+    target = await _stored(listener, data, "application/octet-stream")
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port, limit=1 << 16)
+    try:
+        writer.write(f"GET {target} HTTP/1.1\r\n\r\n".encode())
+        reader._transport.pause_reading()  # type: ignore[attr-defined]
+        await asyncio.sleep(2)  # the listener's buffers fill; it waits, then gives up
+        reader._transport.resume_reading()  # type: ignore[attr-defined]
+        got = 0
+        with contextlib.suppress(ConnectionError):  # dropped: a reset, or an early end
+            async with asyncio.timeout(10):
+                while chunk := await reader.read(1 << 20):
+                    got += len(chunk)
+        assert got < len(data)
+    finally:
+        writer.close()
+
+
+async def test_closing_the_listener_ends_its_uploads(listener: MediaHttpServer) -> None:
+    data = os.urandom(100_000)
+    key = media_key(5, hashlib.sha256(data).hexdigest())
+    url = _objects(listener).upload_url(key, len(data), "image/png", int(time.time()) + 60)
+    target = url.split(f":{listener.port}", 1)[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    try:
+        writer.write(
+            f"PUT {target} HTTP/1.1\r\nContent-Length: {len(data)}\r\n"
+            "Content-Type: image/png\r\n\r\n".encode()
+            + data[:1000]
+        )
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the upload is under way
+        directory = os.path.dirname(_objects(listener).path(key))
+        assert [n for n in os.listdir(directory) if n.endswith(".part")]
+        async with asyncio.timeout(5):
+            await listener.close()
+        async with asyncio.timeout(2):
+            with contextlib.suppress(ConnectionResetError):
+                assert await reader.read() == b""  # the connection was closed
+        assert os.listdir(directory) == []  # the partial upload removed
+    finally:
+        writer.close()
