@@ -112,7 +112,14 @@ class S3Objects:
         return max(1, exp_s - int(time.time()))
 
     def upload_url(self, key: str, size: int, content_type: str, exp_s: int) -> str:
-        params = {"Bucket": self.bucket, "Key": self.object_key(key), "ContentType": content_type}
+        # Content-Length signed too: S3 then refuses a body of another length (it checks
+        # no size of its own on a presigned PUT, which takes up to 5 GiB)
+        params = {
+            "Bucket": self.bucket,
+            "Key": self.object_key(key),
+            "ContentType": content_type,
+            "ContentLength": size,
+        }
         url: str = self._s3.generate_presigned_url(
             "put_object", Params=params, ExpiresIn=self._expires_in(exp_s), HttpMethod="PUT"
         )

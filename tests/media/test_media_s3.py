@@ -71,3 +71,18 @@ async def test_presigned_upload_download_and_the_orphan_sweep(
     # what a message references stays
     assert await media.sweep(now + 100 * HOUR_MS) == 0
     assert bucket_keys(s3) == [f"im/media/1/{sha}"]
+
+
+def test_the_upload_url_signs_the_length_and_the_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 checks no size of a presigned PUT of its own: the URL signs Content-Length, so
+    that S3 refuses a body of another length than MEDIA_UPLOAD allowed."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from storage.media.objects import open_objects
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}.items():
+        monkeypatch.setenv(k, v)
+    objects = open_objects("s3://imgw/im?endpoint=http://127.0.0.1:9&region=us-east-1", b"")
+    url = objects.upload_url("media/1/" + "a" * 64, 5000, "image/png", 2_000_000_000)
+    signed = parse_qs(urlsplit(url).query)["X-Amz-SignedHeaders"][0].split(";")
+    assert {"content-length", "content-type", "host"} <= set(signed)
