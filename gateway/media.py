@@ -144,7 +144,9 @@ class Media:
         """MEDIA_UPLOAD: record the upload and sign its PUT URL."""
         if not SHA256_RE.fullmatch(sha256):
             raise MediaError(ErrorCode.BAD_REQUEST, "sha256 must be 64 lowercase hex digits")
-        if size < 1 or size > self.max_size:
+        if size < 1:
+            raise MediaError(ErrorCode.BAD_REQUEST, "an empty file is not uploaded")
+        if size > self.max_size:
             raise MediaError(ErrorCode.CONTENT_TOO_LARGE, f"an upload is 1..{self.max_size} bytes")
         if not type_allowed(content_type, self.types):
             raise MediaError(
