@@ -11,8 +11,10 @@ than the key's hash), 413 (another length than signed), 404 (no such object), 40
 414 and 431 (a request line or header over 64 KiB, more than 64 headers).
 Downloads are served with `X-Content-Type-Options: nosniff` and a sandboxing CSP, so
 that an upload of an allowed type a browser could run (SVG, say) is never a page.
-A peer that sends or reads nothing for BODY_IDLE_S is dropped; `close` ends every
-connection still open (an upload under way is removed).
+A peer that sends or reads nothing for BODY_IDLE_S is dropped, and so is a body that
+travels slower than MIN_RATE on average (slowloris); at most MAX_CONNECTIONS are open
+at once (503 beyond). `close` ends every connection still open (an upload under way is
+removed).
 Apart from the admin port (gateway/admin.py), which is for operators, holds at most
 256 KiB bodies and is usually bound to loopback: this one faces clients and streams."""
 
@@ -36,6 +38,8 @@ CHUNK: Final = 256 * 1024
 MAX_HEADERS: Final = 64
 HEAD_TIMEOUT_S: Final = 10.0
 BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body, either way
+MIN_RATE: Final = 8 * 1024  # bytes/s: a body may take BODY_IDLE_S + size / MIN_RATE
+MAX_CONNECTIONS: Final = 4096  # open at once on one listener (one worker)
 # on downloads: never sniffed into another type, never run as a page of this origin
 SAFE_HEADERS: Final = (
     "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: default-src 'none'; sandbox\r\n"
@@ -81,6 +85,13 @@ class MediaHttpServer:
         await asyncio.gather(*handlers, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._handlers) >= MAX_CONNECTIONS:
+            writer.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                b"Retry-After: 1\r\nConnection: close\r\n\r\n"
+            )
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
@@ -167,14 +178,15 @@ class MediaHttpServer:
         fh: IO[bytes] = await asyncio.to_thread(open, tmp, "wb")
         try:
             left = grant.size
-            while left:
-                async with asyncio.timeout(BODY_IDLE_S):
-                    chunk = await reader.read(min(CHUNK, left))
-                if not chunk:
-                    raise _Refused("400 Bad Request", "the body ended early")
-                left -= len(chunk)
-                digest.update(chunk)
-                await asyncio.to_thread(fh.write, chunk)
+            async with asyncio.timeout(_transfer_s(grant.size)):
+                while left:
+                    async with asyncio.timeout(BODY_IDLE_S):
+                        chunk = await reader.read(min(CHUNK, left))
+                    if not chunk:
+                        raise _Refused("400 Bad Request", "the body ended early")
+                    left -= len(chunk)
+                    digest.update(chunk)
+                    await asyncio.to_thread(fh.write, chunk)
             if digest.hexdigest() != grant.key.rsplit("/", 1)[1]:
                 raise _Refused("400 Bad Request", "the body's SHA-256 is not the key's")
             await asyncio.to_thread(_finish, fh, tmp, path)
@@ -195,11 +207,17 @@ class MediaHttpServer:
                 f"HTTP/1.1 200 OK\r\nContent-Type: {grant.content_type}\r\n{SAFE_HEADERS}"
                 f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode()
             )
-            while chunk := await asyncio.to_thread(fh.read, CHUNK):
-                writer.write(chunk)
-                await _drain(writer)
+            async with asyncio.timeout(_transfer_s(size)):
+                while chunk := await asyncio.to_thread(fh.read, CHUNK):
+                    writer.write(chunk)
+                    await _drain(writer)
         finally:
             fh.close()
+
+
+def _transfer_s(size: int) -> float:
+    """The longest a body of `size` bytes may take, either way."""
+    return BODY_IDLE_S + size / MIN_RATE
 
 
 async def _drain(writer: asyncio.StreamWriter) -> None:

@@ -145,3 +145,51 @@ async def test_closing_the_listener_ends_its_uploads(listener: MediaHttpServer) 
         assert os.listdir(directory) == []  # the partial upload removed
     finally:
         writer.close()
+
+
+async def test_an_upload_slower_than_the_minimum_rate_is_dropped(
+    listener: MediaHttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mediahttp, "BODY_IDLE_S", 0.5)
+    monkeypatch.setattr(mediahttp, "MIN_RATE", 10_000)  # 5,000 bytes: at most 1 s
+    data = os.urandom(5000)
+    key = media_key(5, hashlib.sha256(data).hexdigest())
+    url = _objects(listener).upload_url(key, len(data), "image/png", int(time.time()) + 60)
+    target = url.split(f":{listener.port}", 1)[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+
+    async def trickle() -> None:  # 100 bytes every 0.2 s: never idle, 10 s in all
+        writer.write(
+            f"PUT {target} HTTP/1.1\r\nContent-Length: {len(data)}\r\n"
+            "Content-Type: image/png\r\n\r\n".encode()
+        )
+        for i in range(0, len(data), 100):
+            writer.write(data[i : i + 100])
+            await asyncio.sleep(0.2)
+
+    sender = asyncio.create_task(trickle())
+    try:
+        async with asyncio.timeout(3):
+            with contextlib.suppress(ConnectionResetError):
+                assert await reader.read() == b""  # dropped, unanswered
+        directory = os.path.dirname(_objects(listener).path(key))
+        assert [n for n in os.listdir(directory) if n.endswith(".part")] == []
+    finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await sender
+        writer.close()
+
+
+async def test_connections_over_the_cap_are_turned_away(
+    listener: MediaHttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mediahttp, "MAX_CONNECTIONS", 2)
+    idle = [await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(2)]
+    try:
+        await asyncio.sleep(0.2)  # both accepted, waiting for their heads
+        reply = await _exchange(listener, b"")  # answered before it is read
+        assert reply.startswith(b"HTTP/1.1 503 "), reply[:80]
+    finally:
+        for _, w in idle:
+            w.close()
