@@ -142,7 +142,10 @@ class MediaHttpServer:
         method, target, version = parts
         if method not in ("GET", "PUT"):
             raise _Refused("405 Method Not Allowed", "use GET or PUT of a signed URL")
-        url = urlsplit(target)
+        try:
+            url = urlsplit(target)
+        except ValueError:  # "http://[x/..." (a bad IPv6 host), say
+            raise _Refused("400 Bad Request", "bad request target") from None
         try:
             grant = verify(self._objects.secret, method, unquote(url.path), url.query, time.time())
         except SignatureError as e:

@@ -77,6 +77,11 @@ async def test_an_overlong_head_is_answered(
     assert reply.startswith(b"HTTP/1.1 " + status + b" "), reply[:80]
 
 
+async def test_a_target_urlsplit_refuses_is_answered(listener: MediaHttpServer) -> None:
+    reply = await _exchange(listener, b"GET http://[abc/media/1/x HTTP/1.1\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 400 "), reply[:80]
+
+
 async def test_a_content_length_that_is_no_number_is_answered(
     listener: MediaHttpServer,
 ) -> None:
