@@ -285,6 +285,10 @@ class Config:
                 "need media_max_size >= 1, media_url_ttl >= 1 and media_orphan_s >= 7200 "
                 "(an upload's sender has until 1 h before the sweep to send it)"
             )
+        if self.media_url_ttl + 3600 > self.media_orphan_s:
+            # an upload URL must expire before the sweep may forget its row: a PUT after
+            # that stores a file no row tracks, which no sweep ever deletes
+            raise ConfigError("media_url_ttl must end an hour before media_orphan_s")
         if not self.media_types:
             raise ConfigError("media_types lists no content type")
 

@@ -17,7 +17,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from protocol.ops import ErrorCode
-from storage.media.index import MediaIndex, SqliteMediaIndex
+from storage.media.index import CLAIMED_MS, MediaIndex, SqliteMediaIndex
 from storage.media.keys import SHA256_RE, media_key, parse_key, type_allowed
 from storage.media.objects import MediaObjects, open_objects
 from storage.media.sweep import sweep_orphans
@@ -144,7 +144,9 @@ class Media:
         """MEDIA_UPLOAD: record the upload and sign its PUT URL."""
         if not SHA256_RE.fullmatch(sha256):
             raise MediaError(ErrorCode.BAD_REQUEST, "sha256 must be 64 lowercase hex digits")
-        if size < 1 or size > self.max_size:
+        if size < 1:
+            raise MediaError(ErrorCode.BAD_REQUEST, "an empty file is not uploaded")
+        if size > self.max_size:
             raise MediaError(ErrorCode.CONTENT_TOO_LARGE, f"an upload is 1..{self.max_size} bytes")
         if not type_allowed(content_type, self.types):
             raise MediaError(
@@ -153,6 +155,12 @@ class Media:
         key = media_key(uid, sha256)
         exp = self._exp_s()
         row = await self.index.record_upload(key, uid, size, content_type, self.clock())
+        if not row.referenced and row.created_ms == CLAIMED_MS:
+            # the sweep is deleting an earlier, never sent upload of this file: a new
+            # URL now could have the new upload deleted with it
+            raise MediaError(
+                ErrorCode.UNAVAILABLE, "an earlier upload of this file is being deleted: ask again"
+            )
         if row.referenced and await self.objects.size_of(key) == row.size:
             return SignedUrl(key, "", exp * 1000)  # stored already: send the key
         return SignedUrl(key, self.objects.upload_url(key, size, content_type, exp), exp * 1000)

@@ -7,7 +7,14 @@
 - `GET` of a signed download URL: the object, as the signed type. 200.
 
 Refusals: 403 (a bad or expired signature), 400 (a malformed request, another body
-than the key's hash), 413 (another length than signed), 404 (no such object), 405.
+than the key's hash), 413 (another length than signed), 404 (no such object), 405,
+414 and 431 (a request line or header over 64 KiB, more than 64 headers).
+Downloads are served with `X-Content-Type-Options: nosniff` and a sandboxing CSP, so
+that an upload of an allowed type a browser could run (SVG, say) is never a page.
+A peer that sends or reads nothing for BODY_IDLE_S is dropped, and so is a body that
+travels slower than MIN_RATE on average (slowloris); at most MAX_CONNECTIONS are open
+at once (503 beyond). `close` ends every connection still open (an upload under way is
+removed).
 Apart from the admin port (gateway/admin.py), which is for operators, holds at most
 256 KiB bodies and is usually bound to loopback: this one faces clients and streams."""
 
@@ -30,7 +37,13 @@ from storage.media.signing import Grant, SignatureError, verify
 CHUNK: Final = 256 * 1024
 MAX_HEADERS: Final = 64
 HEAD_TIMEOUT_S: Final = 10.0
-BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body
+BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body, either way
+MIN_RATE: Final = 8 * 1024  # bytes/s: a body may take BODY_IDLE_S + size / MIN_RATE
+MAX_CONNECTIONS: Final = 4096  # open at once on one listener (one worker)
+# on downloads: never sniffed into another type, never run as a page of this origin
+SAFE_HEADERS: Final = (
+    "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: default-src 'none'; sandbox\r\n"
+)
 
 
 class _Refused(Exception):
@@ -47,6 +60,7 @@ class MediaHttpServer:
         self._port = port
         self._reuse_port = reuse_port
         self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()  # the connections open
         self.log = structlog.get_logger("imgw.media")
 
     @property
@@ -60,11 +74,28 @@ class MediaHttpServer:
         )
 
     async def close(self) -> None:
+        """Stop listening and end the connections still open (on Python 3.11
+        `wait_closed` does not wait for them)."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        handlers = list(self._handlers)
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._handlers) >= MAX_CONNECTIONS:
+            writer.write(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                b"Retry-After: 1\r\nConnection: close\r\n\r\n"
+            )
+            writer.close()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        clean = False
         try:
             try:
                 await self._serve(reader, writer)
@@ -75,18 +106,31 @@ class MediaHttpServer:
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
                     + body
                 )
-            await writer.drain()
+            await _drain(writer)
+            clean = True
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            writer.close()
+            self._handlers.discard(task)
+            if clean:
+                writer.close()
+            else:  # close() would wait for a peer that reads nothing to take the rest
+                writer.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         async with asyncio.timeout(HEAD_TIMEOUT_S):
-            parts = (await reader.readline()).decode("latin-1").split()
+            try:
+                parts = (await reader.readline()).decode("latin-1").split()
+            except ValueError:  # over the reader's limit (64 KiB)
+                raise _Refused("414 URI Too Long", "request line too long") from None
             headers: dict[str, str] = {}
             for _ in range(MAX_HEADERS):
-                line = (await reader.readline()).decode("latin-1").strip()
+                try:
+                    line = (await reader.readline()).decode("latin-1").strip()
+                except ValueError:
+                    raise _Refused(
+                        "431 Request Header Fields Too Large", "header too long"
+                    ) from None
                 if not line:
                     break
                 name, _, value = line.partition(":")
@@ -98,7 +142,10 @@ class MediaHttpServer:
         method, target, version = parts
         if method not in ("GET", "PUT"):
             raise _Refused("405 Method Not Allowed", "use GET or PUT of a signed URL")
-        url = urlsplit(target)
+        try:
+            url = urlsplit(target)
+        except ValueError:  # "http://[x/..." (a bad IPv6 host), say
+            raise _Refused("400 Bad Request", "bad request target") from None
         try:
             grant = verify(self._objects.secret, method, unquote(url.path), url.query, time.time())
         except SignatureError as e:
@@ -120,7 +167,8 @@ class MediaHttpServer:
         writer: asyncio.StreamWriter,
     ) -> None:
         length = headers.get("content-length", "")
-        if not length.isdigit() or int(length) != grant.size:
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+        if not (length.isascii() and length.isdigit()) or int(length) != grant.size:
             raise _Refused("413 Content Too Large", f"Content-Length must be {grant.size}")
         if headers.get("content-type", "").split(";")[0].strip().lower() != grant.content_type:
             raise _Refused("400 Bad Request", f"Content-Type must be {grant.content_type}")
@@ -133,14 +181,15 @@ class MediaHttpServer:
         fh: IO[bytes] = await asyncio.to_thread(open, tmp, "wb")
         try:
             left = grant.size
-            while left:
-                async with asyncio.timeout(BODY_IDLE_S):
-                    chunk = await reader.read(min(CHUNK, left))
-                if not chunk:
-                    raise _Refused("400 Bad Request", "the body ended early")
-                left -= len(chunk)
-                digest.update(chunk)
-                await asyncio.to_thread(fh.write, chunk)
+            async with asyncio.timeout(_transfer_s(grant.size)):
+                while left:
+                    async with asyncio.timeout(BODY_IDLE_S):
+                        chunk = await reader.read(min(CHUNK, left))
+                    if not chunk:
+                        raise _Refused("400 Bad Request", "the body ended early")
+                    left -= len(chunk)
+                    digest.update(chunk)
+                    await asyncio.to_thread(fh.write, chunk)
             if digest.hexdigest() != grant.key.rsplit("/", 1)[1]:
                 raise _Refused("400 Bad Request", "the body's SHA-256 is not the key's")
             await asyncio.to_thread(_finish, fh, tmp, path)
@@ -158,14 +207,26 @@ class MediaHttpServer:
         try:
             size = os.fstat(fh.fileno()).st_size
             writer.write(
-                f"HTTP/1.1 200 OK\r\nContent-Type: {grant.content_type}\r\n"
+                f"HTTP/1.1 200 OK\r\nContent-Type: {grant.content_type}\r\n{SAFE_HEADERS}"
                 f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode()
             )
-            while chunk := await asyncio.to_thread(fh.read, CHUNK):
-                writer.write(chunk)
-                await writer.drain()
+            async with asyncio.timeout(_transfer_s(size)):
+                while chunk := await asyncio.to_thread(fh.read, CHUNK):
+                    writer.write(chunk)
+                    await _drain(writer)
         finally:
             fh.close()
+
+
+def _transfer_s(size: int) -> float:
+    """The longest a body of `size` bytes may take, either way."""
+    return BODY_IDLE_S + size / MIN_RATE
+
+
+async def _drain(writer: asyncio.StreamWriter) -> None:
+    """Wait for the peer to take what was written, at most BODY_IDLE_S (TimeoutError)."""
+    async with asyncio.timeout(BODY_IDLE_S):
+        await writer.drain()
 
 
 def _finish(fh: IO[bytes], tmp: str, path: str) -> None:

@@ -5,7 +5,8 @@
     │   └── StoreOutcomeUnknown  a COMMIT went unanswered: it may have landed
     ├── CacheUnavailable         Redis: the cache, routes, recent messages, budgets, the
     │                            snowflake worker-id lease
-    └── BusUnavailable           the message bus (AMQP) could not be started
+    ├── BusUnavailable           the message bus (AMQP) could not be started
+    └── ObjectsUnavailable       the media object store (S3) did not answer
 
     GroupFull                    a refusal, not a failure: the change would take a group
                                  over its member limit; nothing changed
@@ -65,3 +66,8 @@ __all__ = [
     "StoreOutcomeUnknown",
     "StoreUnavailable",
 ]
+
+
+class ObjectsUnavailable(BackendUnavailable):
+    """The media object store (S3 or S3-compatible) did not answer or failed: a request
+    that needed it is told `unavailable`."""

@@ -545,6 +545,7 @@ async def media_workload(index: Any, captured: Captured, data: Data) -> None:
         ("add_reference", lambda: index.add_reference(media_key(7, "e" * 64), 1, data.now)),
         ("referencing", lambda: index.referencing(key, 100)),
         ("orphans", lambda: index.orphans(data.now - 24 * HOUR, 200)),
+        ("claim", lambda: index.claim(media_key(1, f"{0:064x}"), data.now - 24 * HOUR)),
         ("forget", lambda: index.forget(media_key(1, f"{0:064x}"), data.now - 24 * HOUR)),
     ]
     for label, step in steps:

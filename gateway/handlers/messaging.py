@@ -129,6 +129,12 @@ def send_now(node: Services, conn: Session, f: Send) -> bool:
 
 async def send(node: Services, conn: Session, f: Send) -> None:
     _check_send(node, conn.uid, f)
+    if not node.limiter.take(conn.uid):
+        if await _answer_resend(node, conn, f):
+            return
+        node.metrics.sends.labels(result="rate_limited").inc()
+        raise RequestError(ErrorCode.RATE_LIMITED, "send rate limit; slow down")
+    # after the rate limit: the check costs index transactions and an object-store HEAD
     if node.media is not None and f.msg_type in MEDIA_MSG_TYPES:
         key = key_of_content(f.content)
         if key is not None:  # a media message: its key must be the sender's upload
@@ -138,11 +144,6 @@ async def send(node: Services, conn: Session, f: Send) -> None:
                 if await _answer_resend(node, conn, f):  # acked before: acked again
                     return
                 raise
-    if not node.limiter.take(conn.uid):
-        if await _answer_resend(node, conn, f):
-            return
-        node.metrics.sends.labels(result="rate_limited").inc()
-        raise RequestError(ErrorCode.RATE_LIMITED, "send rate limit; slow down")
     _submit(node, conn, f)
 
 

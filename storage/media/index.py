@@ -8,6 +8,10 @@ them (tables created by the store's migration: SQLite schema 4, MySQL schema 7).
 - `im_media_ref(media_key, conv_id) PK`: a conversation holds a message carrying the key
   (written before that message's commit: see docs/decisions.md).
 
+The sweep claims an orphan before it deletes its object (`claim`: `created_ms` becomes
+`CLAIMED_MS`); a claimed row is never renewed by `record_upload` nor referenced by
+`add_reference`, so no message can come to reference an object the sweep is deleting.
+
 Only keys are stored, never URLs.
 """
 
@@ -19,11 +23,15 @@ import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Final, Protocol, TypeVar
 
 from storage.errors import StoreUnavailable
 
 T = TypeVar("T")
+
+# The created_ms of an upload the orphan sweep has claimed: its object is being deleted,
+# then its row; until then it is neither renewed nor referenced.
+CLAIMED_MS: Final = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +53,16 @@ class MediaIndex(Protocol):
         self, key: str, uid: int, size: int, content_type: str, now_ms: int
     ) -> Upload:
         """Record an upload URL handed out for `key` (again: its size, type and time are
-        renewed while no message references it); the row as it is now."""
+        renewed while no message references it and the sweep has not claimed it); the
+        row as it is now."""
         ...
 
     async def get_upload(self, key: str) -> Upload | None: ...
 
     async def add_reference(self, key: str, conv_id: int, now_ms: int) -> bool:
         """`conv_id` holds (or is about to hold) a message carrying `key`, an upload that
-        `record_upload` recorded; False (writing nothing) if no such upload exists."""
+        `record_upload` recorded; False (writing nothing) if no such upload exists or
+        the sweep has claimed it."""
         ...
 
     async def referencing(self, key: str, limit: int) -> list[int]:
@@ -61,6 +71,12 @@ class MediaIndex(Protocol):
 
     async def orphans(self, before_ms: int, limit: int) -> list[Upload]:
         """The oldest `limit` uploads created before `before_ms` that nothing references."""
+        ...
+
+    async def claim(self, key: str, before_ms: int) -> bool:
+        """Claim an orphan created before `before_ms` for the sweep (its `created_ms`
+        becomes CLAIMED_MS); False if it is no such orphan any more (referenced, renewed,
+        gone, or claimed already)."""
         ...
 
     async def forget(self, key: str, before_ms: int) -> bool:
@@ -140,7 +156,7 @@ class SqliteMediaIndex:
                 f"INSERT INTO im_media_upload ({_UPLOAD_COLS}) VALUES (?,?,?,?,?,0) "
                 "ON CONFLICT (media_key) DO UPDATE SET size=excluded.size, "
                 "content_type=excluded.content_type, created_ms=excluded.created_ms "
-                "WHERE referenced=0",
+                f"WHERE referenced=0 AND created_ms<>{CLAIMED_MS}",
                 (key, uid, size, content_type, now_ms),
             )
             row = c.execute(
@@ -162,7 +178,8 @@ class SqliteMediaIndex:
     async def add_reference(self, key: str, conv_id: int, now_ms: int) -> bool:
         def body(c: sqlite3.Connection) -> bool:
             found = c.execute(
-                "UPDATE im_media_upload SET referenced=1 WHERE media_key=?", (key,)
+                "UPDATE im_media_upload SET referenced=1 WHERE media_key=? AND created_ms<>?",
+                (key, CLAIMED_MS),
             ).rowcount
             if not found:
                 return False
@@ -195,6 +212,18 @@ class SqliteMediaIndex:
             return [_upload(r) for r in rows]
 
         return await self._do(q)
+
+    async def claim(self, key: str, before_ms: int) -> bool:
+        def body(c: sqlite3.Connection) -> bool:
+            return bool(
+                c.execute(
+                    "UPDATE im_media_upload SET created_ms=? WHERE media_key=? "
+                    "AND referenced=0 AND created_ms<? AND created_ms<>?",
+                    (CLAIMED_MS, key, before_ms, CLAIMED_MS),
+                ).rowcount
+            )
+
+        return await self._tx(body)
 
     async def forget(self, key: str, before_ms: int) -> bool:
         def body(c: sqlite3.Connection) -> bool:

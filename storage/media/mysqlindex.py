@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from storage.media.index import _UPLOAD_COLS, Upload, _upload
+from storage.media.index import _UPLOAD_COLS, CLAIMED_MS, Upload, _upload
 from storage.mysql.transactions import Transactions, rowcount
 
 if TYPE_CHECKING:
@@ -29,13 +29,15 @@ class MySQLMediaIndex:
         self, key: str, uid: int, size: int, content_type: str, now_ms: int
     ) -> Upload:
         async def body(cur: Cursor) -> Upload:
-            # the row's own values are kept once it is referenced
+            # the row's own values are kept once it is referenced or claimed by the sweep
+            # (created_ms last: the assignments before it read its old value)
+            fresh = f"referenced=0 AND created_ms<>{CLAIMED_MS}"
             await cur.execute(
                 f"INSERT INTO im_media_upload ({_UPLOAD_COLS}) VALUES (%s,%s,%s,%s,%s,0) "
                 "ON DUPLICATE KEY UPDATE "
-                "size=IF(referenced=0, VALUES(size), size), "
-                "content_type=IF(referenced=0, VALUES(content_type), content_type), "
-                "created_ms=IF(referenced=0, VALUES(created_ms), created_ms)",
+                f"size=IF({fresh}, VALUES(size), size), "
+                f"content_type=IF({fresh}, VALUES(content_type), content_type), "
+                f"created_ms=IF({fresh}, VALUES(created_ms), created_ms)",
                 (key, uid, size, content_type, now_ms),
             )
             await cur.execute(
@@ -58,11 +60,12 @@ class MySQLMediaIndex:
     async def add_reference(self, key: str, conv_id: int, now_ms: int) -> bool:
         async def body(cur: Cursor) -> bool:
             await cur.execute(
-                "SELECT referenced FROM im_media_upload WHERE media_key=%s FOR UPDATE", (key,)
+                "SELECT referenced, created_ms FROM im_media_upload WHERE media_key=%s FOR UPDATE",
+                (key,),
             )
             row = await cur.fetchone()
-            if row is None:
-                return False
+            if row is None or (not row[0] and int(row[1]) == CLAIMED_MS):
+                return False  # no upload, or the sweep is deleting it
             if not row[0]:
                 await cur.execute(
                     "UPDATE im_media_upload SET referenced=1 WHERE media_key=%s", (key,)
@@ -96,6 +99,17 @@ class MySQLMediaIndex:
             return [_upload(r) for r in await cur.fetchall()]
 
         return await self._db.run(q, tx=False)
+
+    async def claim(self, key: str, before_ms: int) -> bool:
+        async def body(cur: Cursor) -> bool:
+            await cur.execute(
+                "UPDATE im_media_upload SET created_ms=%s WHERE media_key=%s "
+                "AND referenced=0 AND created_ms<%s AND created_ms<>%s",
+                (CLAIMED_MS, key, before_ms, CLAIMED_MS),
+            )
+            return rowcount(cur) > 0
+
+        return await self._db.run(body)
 
     async def forget(self, key: str, before_ms: int) -> bool:
         async def body(cur: Cursor) -> bool:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from storage.errors import ObjectsUnavailable
 from storage.media.signing import Grant, signed_path
 
 
@@ -100,7 +101,15 @@ class S3Objects:
             "s3",
             endpoint_url=endpoint or None,
             region_name=region or None,
-            config=BotoConfig(signature_version="s3v4", s3={"addressing_style": style}),
+            config=BotoConfig(
+                signature_version="s3v4",
+                s3={"addressing_style": style},
+                # a media SEND waits for a HEAD: an unreachable store must not hold it
+                # for botocore's default 60 s connect timeout times 5 attempts
+                connect_timeout=5,
+                read_timeout=20,
+                retries={"mode": "standard", "max_attempts": 3},
+            ),
         )
 
     def object_key(self, key: str) -> str:
@@ -112,7 +121,14 @@ class S3Objects:
         return max(1, exp_s - int(time.time()))
 
     def upload_url(self, key: str, size: int, content_type: str, exp_s: int) -> str:
-        params = {"Bucket": self.bucket, "Key": self.object_key(key), "ContentType": content_type}
+        # Content-Length signed too: S3 then refuses a body of another length (it checks
+        # no size of its own on a presigned PUT, which takes up to 5 GiB)
+        params = {
+            "Bucket": self.bucket,
+            "Key": self.object_key(key),
+            "ContentType": content_type,
+            "ContentLength": size,
+        }
         url: str = self._s3.generate_presigned_url(
             "put_object", Params=params, ExpiresIn=self._expires_in(exp_s), HttpMethod="PUT"
         )
@@ -130,7 +146,7 @@ class S3Objects:
         return url
 
     async def size_of(self, key: str) -> int | None:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         def head() -> int | None:
             try:
@@ -138,15 +154,23 @@ class S3Objects:
             except ClientError as e:
                 if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                     return None
-                raise
+                raise ObjectsUnavailable(f"s3 HEAD {key}: {e}") from e
+            except BotoCoreError as e:  # unreachable, timed out
+                raise ObjectsUnavailable(f"s3 HEAD {key}: {e}") from e
             return int(meta["ContentLength"])
 
         return await asyncio.to_thread(head)
 
     async def delete(self, key: str) -> None:
-        await asyncio.to_thread(
-            self._s3.delete_object, Bucket=self.bucket, Key=self.object_key(key)
-        )
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        def delete() -> None:
+            try:
+                self._s3.delete_object(Bucket=self.bucket, Key=self.object_key(key))
+            except (BotoCoreError, ClientError) as e:
+                raise ObjectsUnavailable(f"s3 DELETE {key}: {e}") from e
+
+        await asyncio.to_thread(delete)
 
 
 def open_objects(url: str, secret: bytes) -> FileObjects | S3Objects:

@@ -1,13 +1,14 @@
 """The delayed cleanup of the seed: an upload that no message references `orphan_ms`
-after its upload URL was handed out is deleted, object first, then its row (a crash
-between leaves a row whose object is gone: the next sweep deletes nothing and drops
-the row). Bounded batches; the clock is injected (tests pass their own)."""
+after its upload URL was handed out is claimed (from then on no MEDIA_UPLOAD renews it
+and no message may reference it), then deleted, object first, then its row (a crash
+between leaves a claimed row: the next sweep deletes its object again and drops the
+row). Bounded batches; the clock is injected (tests pass their own)."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from storage.media.index import MediaIndex
+from storage.media.index import CLAIMED_MS, MediaIndex
 from storage.media.objects import MediaObjects
 
 SWEEP_BATCH: Final = 200  # uploads per batch
@@ -29,9 +30,10 @@ async def sweep_orphans(
     for _ in range(batches):
         found = await index.orphans(cutoff, batch)
         for upload in found:
-            # re-read: a message may have referenced it, or a new upload URL renewed it
-            now = await index.get_upload(upload.key)
-            if now is None or now.referenced or now.created_ms >= cutoff:
+            # claimed atomically: a message may have referenced it since it was listed, or
+            # a new upload URL renewed it; once claimed, neither can happen any more
+            claimed = upload.created_ms == CLAIMED_MS  # by a sweep that stopped midway
+            if not claimed and not await index.claim(upload.key, cutoff):
                 continue
             await objects.delete(upload.key)
             if await index.forget(upload.key, cutoff):

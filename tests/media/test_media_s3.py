@@ -71,3 +71,43 @@ async def test_presigned_upload_download_and_the_orphan_sweep(
     # what a message references stays
     assert await media.sweep(now + 100 * HOUR_MS) == 0
     assert bucket_keys(s3) == [f"im/media/1/{sha}"]
+
+
+def test_the_upload_url_signs_the_length_and_the_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3 checks no size of a presigned PUT of its own: the URL signs Content-Length, so
+    that S3 refuses a body of another length than MEDIA_UPLOAD allowed."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from storage.media.objects import open_objects
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}.items():
+        monkeypatch.setenv(k, v)
+    objects = open_objects("s3://imgw/im?endpoint=http://127.0.0.1:9&region=us-east-1", b"")
+    url = objects.upload_url("media/1/" + "a" * 64, 5000, "image/png", 2_000_000_000)
+    signed = parse_qs(urlsplit(url).query)["X-Amz-SignedHeaders"][0].split(";")
+    assert {"content-length", "content-type", "host"} <= set(signed)
+
+
+async def test_an_unreachable_store_is_unavailable_not_a_bug(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3 down: HEAD (a media SEND, MEDIA_UPLOAD) and DELETE (the sweep) raise a
+    BackendUnavailable, which a request answers `unavailable` (retry), not `internal`."""
+    import socket
+    import time
+
+    from storage.errors import BackendUnavailable
+    from storage.media.objects import open_objects
+
+    for k, v in {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}.items():
+        monkeypatch.setenv(k, v)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    objects = open_objects(f"s3://imgw/im?endpoint=http://127.0.0.1:{port}", b"")
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable):
+        await objects.size_of("media/1/" + "a" * 64)
+    with pytest.raises(BackendUnavailable):
+        await objects.delete("media/1/" + "a" * 64)
+    assert time.monotonic() - started < 20

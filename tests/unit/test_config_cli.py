@@ -41,6 +41,10 @@ def test_flags_parse_into_config() -> None:
         ({"token_keys": ("k:s",), "store": "nonsense"}, "must be a URL"),
         ({"token_keys": ("k:s",), "workers": 2}, "needs a shared route store and bus"),
         ({"token_keys": ("k:s",), "drain_rate": -1}, "drain_rate >= 0"),
+        (  # an upload URL still valid once its row may be swept would store an untracked file
+            {"token_keys": ("k:s",), "media": "s3://b", "media_url_ttl": 86_400},
+            "media_url_ttl must end an hour before media_orphan_s",
+        ),
     ],
 )
 def test_validation_says_what_to_do(overrides: dict[str, object], message: str) -> None:

@@ -50,3 +50,34 @@ async def test_text_sends_stay_synchronous_and_media_types_are_queued() -> None:
     node.media = None  # media off: every type takes the synchronous path, as before
     assert send_now(node, conn, Send(4, 5, "i", MsgType.IMAGE, b"\x81\xa3key\xa1k"))
     assert len(batcher.submitted) == 3
+
+
+async def test_a_rate_limited_media_send_is_refused_before_any_media_work() -> None:
+    """The send rate limit comes first: a flood of media SENDs costs no media index
+    transaction and no object-store request beyond the limit."""
+    from gateway.handlers.base import RequestError
+    from gateway.handlers.messaging import send
+    from protocol.ops import ErrorCode
+    from storage.media.keys import media_content, media_key
+
+    async def find_sent(uid: int, client_msg_id: str) -> None:
+        return None
+
+    node: Any = SimpleNamespace(
+        config=Config(),
+        media=Untouchable(),
+        batcher=Batcher(),
+        limiter=SimpleNamespace(take=lambda uid: False),
+        store=SimpleNamespace(find_sent=find_sent),
+        metrics=SimpleNamespace(
+            sends=SimpleNamespace(labels=lambda **kw: SimpleNamespace(inc=lambda: None))
+        ),
+    )
+    conn: Any = SimpleNamespace(uid=1)
+    content = media_content(media_key(1, "a" * 64))
+    try:
+        await send(node, conn, Send(1, 5, "m", MsgType.IMAGE, content))
+    except RequestError as e:
+        assert e.code == ErrorCode.RATE_LIMITED
+    else:
+        raise AssertionError("a rate-limited media SEND was not refused")

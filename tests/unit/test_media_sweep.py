@@ -1,11 +1,11 @@
 """The orphan sweep (storage/media/sweep.py) on fakes: bounded batches, the object
-deleted before its row, rows re-read first (a reference or a renewed URL keeps them)."""
+deleted before its row, rows claimed first (a reference or a renewed URL keeps them)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from storage.media.index import Upload
+from storage.media.index import CLAIMED_MS, Upload
 from storage.media.sweep import sweep_orphans
 
 DAY = 86_400_000
@@ -22,11 +22,16 @@ class Index:
         found = [u for u in self.rows.values() if not u.referenced and u.created_ms < before_ms]
         return sorted(found, key=lambda u: u.created_ms)[:limit]
 
-    async def get_upload(self, key: str) -> Upload | None:
+    async def claim(self, key: str, before_ms: int) -> bool:
         row = self.rows.get(key)
         if row is not None and key in self.renew_on_read:  # a new URL handed out meanwhile
             row = self.rows[key] = dataclasses.replace(row, created_ms=NOW)
-        return row
+        if row is None or row.referenced or row.created_ms == CLAIMED_MS:
+            return False
+        if row.created_ms >= before_ms:
+            return False
+        self.rows[key] = dataclasses.replace(row, created_ms=CLAIMED_MS)
+        return True
 
     async def forget(self, key: str, before_ms: int) -> bool:
         row = self.rows.get(key)
@@ -72,3 +77,9 @@ async def test_young_referenced_and_renewed_uploads_stay() -> None:
     assert await sweep_orphans(index, Objects(index), now_ms=NOW, orphan_ms=DAY) == 1
     assert sorted(index.rows) == ["k01", "k02", "k03"]
     assert index.log == ["object k04", "row k04"]
+
+
+async def test_a_claimed_row_left_by_a_stopped_sweep_is_finished() -> None:
+    index = Index([upload(1, age_ms=NOW - CLAIMED_MS)])  # created_ms == CLAIMED_MS
+    assert await sweep_orphans(index, Objects(index), now_ms=NOW, orphan_ms=DAY) == 1
+    assert index.log == ["object k01", "row k01"] and index.rows == {}
