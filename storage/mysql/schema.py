@@ -34,8 +34,8 @@ if TYPE_CHECKING:
     from storage.mysql.settings import MySQLSettings
 
 # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
-# 5: im_archive, im_archive_sent (storage/archive)
-SCHEMA_VERSION: Final = 5
+# 5: im_archive, im_archive_sent (storage/archive); 6: im_lease (storage/mysql/lease.py)
+SCHEMA_VERSION: Final = 6
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -138,10 +138,17 @@ _TABLES: Final = [
         KEY k_send_ms (send_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     MAP_DDL,
+    # Named leases (storage/mysql/lease.py): the node that holds `name` until expires_ms
+    # (the database server's clock) does the job only one node should, e.g. pruning.
+    """CREATE TABLE IF NOT EXISTS im_lease (
+        name       VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+        owner      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        expires_ms BIGINT NOT NULL
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 ]
 # Only in the metadata database; every other table of _TABLES is also on each shard
 # server, for the conversations of its shards (docs/decisions.md).
-_META_ONLY: Final = ("im_node_lease", "im_shard_map")
+_META_ONLY: Final = ("im_node_lease", "im_shard_map", "im_lease")
 
 _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
     id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,
