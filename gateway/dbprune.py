@@ -33,18 +33,25 @@ def add_parser(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--config", help="TOML file with settings (keys as the long flags)")
     p.add_argument("--data-dir", help="embedded store directory (as imgw serve)")
     p.add_argument("--store", help="authoritative store URL (default sqlite:///<data-dir>/imgw.db)")
-    p.add_argument("--batch", type=int, default=2_000, help="rows a batch (2000)")
-    p.add_argument("--pause", type=float, default=0.05, help="seconds between batches (0.05)")
+    p.add_argument("--batch", type=int, default=1_000, help="rows a batch (1000)")
+    p.add_argument(
+        "--pause", type=float, default=0.05, help="seconds between batches, at least (0.05)"
+    )
+    p.add_argument(
+        "--duty", type=float, default=0.2,
+        help="the share of the time spent deleting: the pause after a batch is long enough "
+        "(0.2, the gateways' setting; 1: only --pause)",
+    )  # fmt: skip
     p.set_defaults(command_parser=p, func=main)
 
 
-async def _prune_mysql(url: str, batch: int, pause: float) -> tuple[int, int, int]:
+async def _prune_mysql(url: str, batch: int, pause: float, duty: float) -> tuple[int, int, int]:
     from storage.mysql import MySQLSettings, MySQLStore
 
     store = MySQLStore(MySQLSettings.from_url(url))
     await store.start()
     try:
-        report = await store.prune(batch=batch, pause_s=pause, budget_s=None)
+        report = await store.prune(batch=batch, pause_s=pause, duty=duty, budget_s=None)
     finally:
         await store.close()
     return report.dedup, report.sent, report.batches
@@ -78,15 +85,19 @@ def main(args: argparse.Namespace) -> int:
     from storage.errors import StoreUnavailable
     from storage.factory import sqlite_path
 
-    if args.batch < 1 or not args.pause >= 0:
-        print("imgw db prune: --batch must be >= 1 and --pause >= 0", file=sys.stderr)
+    if args.batch < 1 or not args.pause >= 0 or not 0 < args.duty <= 1:
+        print(
+            "imgw db prune: --batch must be >= 1, --pause >= 0, --duty in (0, 1]",
+            file=sys.stderr,
+        )
         return 2
+    started = time.monotonic()
     try:
         url = load(
             {"data_dir": args.data_dir, "store": args.store}, config_file=args.config
         ).store_url()
         if url.startswith("mysql://"):
-            dedup, sent, batches = asyncio.run(_prune_mysql(url, args.batch, args.pause))
+            dedup, sent, batches = asyncio.run(_prune_mysql(url, args.batch, args.pause, args.duty))
         elif url.startswith("sqlite://"):
             path, _ = sqlite_path(url)
             dedup, sent, batches = _prune_sqlite(path, args.batch, args.pause)
@@ -100,6 +111,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     print(
         f"pruned {dedup} idempotency records (im_send_dedup) and {sent} archived sends "
-        f"(im_archive_sent) older than 48 h, in {batches} batches"
+        f"(im_archive_sent) older than 48 h, in {batches} batches, "
+        f"{time.monotonic() - started:.1f} s"
     )
     return 0

@@ -85,14 +85,17 @@ from storage.snowflake import Snowflake
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 # Pruning (maintain): one node at a time, the holder of the lease PRUNE_LEASE, which it
 # renews at each call (the node calls about once a minute: the lease outlives two
-# missed calls); batches of PRUNE_BATCH rows per server with a pause between them, for
-# PRUNE_BUDGET_S at most a call, so a large backlog drains over several calls without a
-# long transaction or a burst that would hold up sends.
+# missed calls); batches of PRUNE_BATCH rows per server, each followed by a pause so
+# that deleting takes at most PRUNE_DUTY of the time (and at least PRUNE_PAUSE_S), for
+# PRUNE_BUDGET_S at most a call: a large backlog drains over several calls without a
+# long transaction or a burst that would hold up sends (bench/results/README.md,
+# "Pruning im_send_dedup": send p99 with pruning on and off).
 PRUNE_LEASE: Final = "prune"
 PRUNE_LEASE_TTL_MS: Final = 150_000
-PRUNE_BATCH: Final = 2_000
+PRUNE_BATCH: Final = 1_000
 PRUNE_PAUSE_S: Final = 0.05
-PRUNE_BUDGET_S: Final = 30.0
+PRUNE_DUTY: Final = 0.2
+PRUNE_BUDGET_S: Final = 45.0
 MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
 REPLICA_PAUSE_S: Final = 10.0  # after a replica failed, pages come from the primary
 REUSE_CHECK_S: Final = 0.5  # how long a send batch waits for a server's key reuse check
@@ -305,17 +308,24 @@ class MySQLStore:
         keep_ms: int = DEDUP_KEEP_MS,
         batch: int = PRUNE_BATCH,
         pause_s: float = PRUNE_PAUSE_S,
+        duty: float = PRUNE_DUTY,
         budget_s: float | None = PRUNE_BUDGET_S,
         on_batch: Callable[[PruneReport], None] | None = None,
     ) -> PruneReport:
         """Prune in batches of `batch` rows (per server and table) until nothing older
-        than `keep_ms` is left or `budget_s` has passed, pausing `pause_s` between
-        batches. Needs no lease: `imgw db prune` calls it directly."""
+        than `keep_ms` is left or `budget_s` has passed, pausing between batches at
+        least `pause_s`, and long enough that the batches take at most `duty` of the
+        time (1: no pause beyond `pause_s`). Needs no lease: `imgw db prune` calls it
+        directly."""
+        if not 0 < duty <= 1:
+            raise ValueError("duty must be in (0, 1]")
         loop = asyncio.get_running_loop()
         end = None if budget_s is None else loop.time() + budget_s
         report = PruneReport()
         while True:
+            began = loop.time()
             parts = await self._each(lambda x: self._prune_server(x.db, keep_ms, batch))
+            took = loop.time() - began
             report.batches += 1
             report.dedup += sum(d for d, _ in parts)
             report.sent += sum(s for _, s in parts)
@@ -326,7 +336,7 @@ class MySQLStore:
                 return report
             if end is not None and loop.time() >= end:
                 return report
-            await asyncio.sleep(pause_s)
+            await asyncio.sleep(max(pause_s, took * (1 - duty) / duty))
 
     async def _split(
         self, rows: Sequence[R], write: Callable[[Transactions, Sequence[R]], Awaitable[None]]

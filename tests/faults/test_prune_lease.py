@@ -154,7 +154,7 @@ async def test_db_prune_command(capsys: pytest.CaptureFixture[str]) -> None:
         )
         assert code == 0
         out = capsys.readouterr().out
-        assert "pruned 7 idempotency records" in out and "in 3 batches" in out
+        assert "pruned 7 idempotency records" in out and "in 3 batches," in out
         assert await _count(url) == 1
     finally:
         await drop_mysql(url)
