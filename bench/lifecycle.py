@@ -151,7 +151,8 @@ def prune_ab(args: argparse.Namespace) -> dict[str, Any]:
                 prune = None
                 if side == "on":
                     prune = subprocess.Popen(
-                        _imgw("db", "prune", "--store", gw.store),
+                        _imgw("db", "prune", "--store", gw.store, "--batch", str(args.batch),
+                              "--duty", str(args.duty)),
                         stdout=subprocess.PIPE, text=True,
                     )  # fmt: skip
                 t0 = time.monotonic()
@@ -173,10 +174,153 @@ def prune_ab(args: argparse.Namespace) -> dict[str, Any]:
     p99 = {side: med(side, "ack_p99_ms") for side in ("off", "on")}
     return {
         "scenario": "prune-ab", "rows": args.rows, "rate": args.rate,
+        "prune_batch": args.batch, "prune_duty": args.duty,
         "duration_s": args.duration, "runs": sides,
         "median_p99_ms": p99, "p99_ratio_on_off": round(p99["on"] / p99["off"], 3),
         "median_p50_ms": {side: med(side, "ack_p50_ms") for side in ("off", "on")},
     }  # fmt: skip
+
+
+def _archived_rows(url: str) -> int:
+    done = subprocess.run(
+        _imgw("archive", "status", "--json", "--store", url),
+        capture_output=True, text=True, check=True, timeout=300,
+    )  # fmt: skip
+    return int(json.loads(done.stdout)["archive"]["rows"])
+
+
+def archive(args: argparse.Namespace) -> dict[str, Any]:
+    """Send p99 with `imgw archive run` moving messages meanwhile, at each --rates."""
+    from bench.preload import Volume, preload
+
+    gw, workdir = _gateway()
+    steps: list[dict[str, Any]] = []
+    try:
+        vol = Volume.of(args.rows, max(1, args.rows // args.per_conv))
+        t0 = time.monotonic()
+        preload(gw.store, vol, log=log)
+        log(f"preloaded {args.rows:,} messages in {time.monotonic() - t0:.0f} s")
+        gw.start(60)
+        to = (workdir / "arch").as_uri()
+        for rnd in range(args.rounds):
+            for rate in ["off", *args.rates.split(",")]:
+                proc = None
+                before = _archived_rows(gw.store)
+                if rate != "off":
+                    cmd = _imgw("archive", "run", "--store", gw.store, "--older-than", "0s",
+                                "--to", to)  # fmt: skip
+                    if rate != "none":
+                        cmd += ["--rate", rate]
+                    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+                t0 = time.monotonic()
+                fig = _chat(gw, args, workdir / f"chat-{rnd}-{rate}.json")
+                elapsed = time.monotonic() - t0
+                if proc is not None:
+                    still = proc.poll() is None
+                    proc.kill()  # kill -9 safe: what it committed stays archived
+                    proc.wait()
+                    rows = _archived_rows(gw.store) - before
+                    fig.update(archived_rows=rows, archive_s=round(elapsed, 1),
+                               archive_rows_per_s=round(rows / elapsed),
+                               archive_ran_whole_window=still)  # fmt: skip
+                fig.update(archive_rate=rate, round=rnd + 1, loadavg=_loadavg())
+                log(f"  {fig}")
+                steps.append(fig)
+    finally:
+        gw.stop(60)
+        gw.cleanup()
+
+    def med(rate: str, key: str) -> float | None:
+        vals = [float(s[key]) for s in steps if s["archive_rate"] == rate and key in s]
+        return statistics.median(vals) if vals else None
+
+    rates = ["off", *args.rates.split(",")]
+    base = med("off", "ack_p99_ms") or 1.0
+    return {
+        "scenario": "archive", "rows": args.rows, "per_conv": args.per_conv,
+        "chat_rate": args.rate, "duration_s": args.duration, "runs": steps,
+        "median": {
+            r: {"archive_rows_per_s": med(r, "archive_rows_per_s"),
+                "ack_p99_ms": med(r, "ack_p99_ms"), "ack_p50_ms": med(r, "ack_p50_ms"),
+                "p99_ratio_to_off": round((med(r, "ack_p99_ms") or 0) / base, 3)}
+            for r in rates
+        },
+    }  # fmt: skip
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return round(xs[min(len(xs) - 1, int(q * len(xs)))], 3)
+
+
+async def _history(args: argparse.Namespace, url: str, workdir: Path) -> dict[str, Any]:
+    import random
+
+    from bench.preload import Volume
+    from storage.archive.mysqlindex import MySQLIndex
+    from storage.archive.run import archive_run
+    from storage.mysql import MySQLSettings, MySQLStore
+
+    vol = Volume.of(args.rows, max(1, args.rows // args.per_conv))
+    settings = MySQLSettings.from_url(url)
+    rng = random.Random(1)
+    queries = []
+    for _ in range(args.pages):
+        conv = rng.randrange(1, vol.conversations + 1)
+        queries.append((conv, rng.randrange(51, vol.max_seq(conv) + 2)))
+
+    async def pages(store: MySQLStore) -> list[float]:
+        out = []
+        for conv, before in queries:
+            t0 = time.perf_counter()
+            msgs, _ = await store.read_before(conv, before, 50, min_seq=0, max_seq=None)
+            out.append((time.perf_counter() - t0) * 1000)
+            assert len(msgs) == 50, (conv, before, len(msgs))
+        return out
+
+    result: dict[str, Any] = {}
+    store = MySQLStore(settings)
+    await store.start()
+    try:
+        await pages(store)  # warm the pool and the buffer pool
+        hot = await pages(store)
+        index = MySQLIndex(settings, clock=store.now_ms)
+        await index.open()
+        try:
+            t0 = time.monotonic()
+            report = await archive_run(index, (workdir / "arch").as_uri(), older_than_ms=0)
+            result["archive_unlimited_rows_per_s"] = round(report.rows / (time.monotonic() - t0))
+            result["archived_rows"] = report.rows
+            result["archive_files"] = report.files
+        finally:
+            await index.close()
+        cold_first = await pages(store)  # files not yet in the page cache
+        cold = await pages(store)
+    finally:
+        await store.close()
+    for name, xs in (("hot", hot), ("archive_first_read", cold_first), ("archive", cold)):
+        result[name] = {"p50_ms": _pct(xs, 0.5), "p99_ms": _pct(xs, 0.99), "pages": len(xs)}
+    result["p50_ratio_archive_hot"] = round(
+        result["archive"]["p50_ms"] / result["hot"]["p50_ms"], 1
+    )
+    result["p99_ratio_archive_hot"] = round(
+        result["archive"]["p99_ms"] / result["hot"]["p99_ms"], 1
+    )
+    return result
+
+
+def history(args: argparse.Namespace) -> dict[str, Any]:
+    """HISTORY pages (read_before, 50 messages) from the hot store, then the archive."""
+    from bench.preload import Volume, preload
+
+    gw, workdir = _gateway()
+    try:
+        preload(gw.store, Volume.of(args.rows, max(1, args.rows // args.per_conv)), log=log)
+        result = asyncio.run(_history(args, gw.store, workdir))
+    finally:
+        gw.cleanup()
+    return {"scenario": "history", "rows": args.rows, "per_conv": args.per_conv,
+            "page": 50, **result}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,7 +332,21 @@ def main(argv: list[str] | None = None) -> int:
     ab = sub.add_parser("prune-ab", help="send p99 with im_send_dedup pruned meanwhile, or not")
     ab.add_argument("--rows", type=int, default=400_000, help="old dedup rows each side (400000)")
     ab.add_argument("--rounds", type=int, default=2, help="off/on pairs (2)")
-    for p in (ab,):
+    ab.add_argument("--batch", type=int, default=1000, help="imgw db prune --batch (1000)")
+    ab.add_argument("--duty", type=float, default=0.2, help="imgw db prune --duty (0.2)")
+    ar = sub.add_parser("archive", help="archive rows/s against --rate, send p99 meanwhile")
+    ar.add_argument("--rows", type=int, default=300_000, help="messages preloaded (300000)")
+    ar.add_argument("--per-conv", type=int, default=1000, help="messages a conversation (1000)")
+    ar.add_argument(
+        "--rates", default="1000,5000,none", help="archive --rate values, none: no limit"
+    )
+    ar.add_argument("--rounds", type=int, default=1, help="rounds over the rates (1)")
+    hi = sub.add_parser("history", help="HISTORY page p50/p99: hot store against archive")
+    hi.add_argument("--rows", type=int, default=50_000, help="messages preloaded (50000)")
+    hi.add_argument("--per-conv", type=int, default=1000, help="messages a conversation (1000)")
+    hi.add_argument("--pages", type=int, default=300, help="pages read each way (300)")
+    hi.add_argument("--json", type=Path, required=True, help="result file")
+    for p in (ab, ar):
         p.add_argument("--rate", type=float, default=2000, help="chat msg/s (2000)")
         p.add_argument("--duration", type=float, default=20, help="measured s per run (20)")
         p.add_argument("--warmup", type=float, default=3, help="unmeasured s first (3)")
@@ -196,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.time()
     before = {"loadavg": _loadavg(), "top": _top_cpu()}
-    result = {"prune-ab": prune_ab}[args.what](args)
+    result = {"prune-ab": prune_ab, "archive": archive, "history": history}[args.what](args)
     result["machine"] = {
         "before": before, "after": {"loadavg": _loadavg(), "top": _top_cpu()},
         "cores": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
