@@ -8,10 +8,11 @@
 rounds of two sides, alternating: `off` loads `--rows` idempotency records 49 h old into
 `im_send_dedup` and runs `imgw bench chat --addr` on the gateway; `on` loads the same
 rows and runs the same bench with `imgw db prune` deleting them meanwhile (the very
-batches the gateway's lease holder runs: `MySQLStore.prune`, 2,000 rows, 50 ms pause).
+batches the gateway's lease holder runs: `MySQLStore.prune`, 500 rows, 5 % duty).
 
 `archive`: fills a fresh database with `--rows` messages, then for each `--rates` value
-runs `imgw archive run --older-than 0s --rate R` (to a file:// directory) while
+runs `imgw archive run --older-than 30m --rate R` (to a file:// directory; the
+preloaded messages are up to 20 h old, the bench's own are left hot) while
 `imgw bench chat --addr` sends on the gateway: archive rows/s against the rate limit,
 and the send p99 beside it (and once with no archive run, the baseline).
 
@@ -207,7 +208,7 @@ def archive(args: argparse.Namespace) -> dict[str, Any]:
                 proc = None
                 before = _archived_rows(gw.store)
                 if rate != "off":
-                    cmd = _imgw("archive", "run", "--store", gw.store, "--older-than", "0s",
+                    cmd = _imgw("archive", "run", "--store", gw.store, "--older-than", "30m",
                                 "--to", to)  # fmt: skip
                     if rate != "none":
                         cmd += ["--rate", rate]
@@ -332,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     ab = sub.add_parser("prune-ab", help="send p99 with im_send_dedup pruned meanwhile, or not")
     ab.add_argument("--rows", type=int, default=400_000, help="old dedup rows each side (400000)")
     ab.add_argument("--rounds", type=int, default=2, help="off/on pairs (2)")
-    ab.add_argument("--batch", type=int, default=1000, help="imgw db prune --batch (1000)")
-    ab.add_argument("--duty", type=float, default=0.2, help="imgw db prune --duty (0.2)")
+    ab.add_argument("--batch", type=int, default=500, help="imgw db prune --batch (500)")
+    ab.add_argument("--duty", type=float, default=0.05, help="imgw db prune --duty (0.05)")
     ar = sub.add_parser("archive", help="archive rows/s against --rate, send p99 meanwhile")
     ar.add_argument("--rows", type=int, default=300_000, help="messages preloaded (300000)")
     ar.add_argument("--per-conv", type=int, default=1000, help="messages a conversation (1000)")

@@ -33,14 +33,14 @@ def add_parser(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--config", help="TOML file with settings (keys as the long flags)")
     p.add_argument("--data-dir", help="embedded store directory (as imgw serve)")
     p.add_argument("--store", help="authoritative store URL (default sqlite:///<data-dir>/imgw.db)")
-    p.add_argument("--batch", type=int, default=1_000, help="rows a batch (1000)")
+    p.add_argument("--batch", type=int, default=500, help="rows a batch (500)")
     p.add_argument(
         "--pause", type=float, default=0.05, help="seconds between batches, at least (0.05)"
     )
     p.add_argument(
-        "--duty", type=float, default=0.2,
+        "--duty", type=float, default=0.05,
         help="the share of the time spent deleting: the pause after a batch is long enough "
-        "(0.2, the gateways' setting; 1: only --pause)",
+        "(0.05, the gateways' setting; 1: only --pause, as fast as the database deletes)",
     )  # fmt: skip
     p.set_defaults(command_parser=p, func=main)
 

@@ -92,9 +92,9 @@ DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 # "Pruning im_send_dedup": send p99 with pruning on and off).
 PRUNE_LEASE: Final = "prune"
 PRUNE_LEASE_TTL_MS: Final = 150_000
-PRUNE_BATCH: Final = 1_000
+PRUNE_BATCH: Final = 500
 PRUNE_PAUSE_S: Final = 0.05
-PRUNE_DUTY: Final = 0.2
+PRUNE_DUTY: Final = 0.05
 PRUNE_BUDGET_S: Final = 45.0
 MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
 REPLICA_PAUSE_S: Final = 10.0  # after a replica failed, pages come from the primary
