@@ -64,7 +64,7 @@ async def fill(store: EmbeddedStore | MySQLStore, clock: list[int]) -> list[int]
     return convs
 
 
-@pytest.mark.parametrize("kind", ["embedded", "mysql"])
+@pytest.mark.parametrize("kind", ["embedded", "mysql", "mysql-two-servers"])
 async def test_retention_killed_at_random_points(kind: str, tmp_path: Path) -> None:
     seed = int(os.environ.get("ARCHIVE_KILL_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
@@ -79,7 +79,7 @@ async def test_retention_killed_at_random_points(kind: str, tmp_path: Path) -> N
         store: EmbeddedStore | MySQLStore = EmbeddedStore(path, clock=lambda: clock[0])
         index = SqliteIndex(path, clock=lambda: now)
     else:
-        mysql_url = store_url = await fresh_mysql(shards=2)
+        mysql_url = store_url = await fresh_mysql(shards=2, sharded=kind == "mysql-two-servers")
         store = MySQLStore(MySQLSettings.from_url(mysql_url), clock=lambda: clock[0])
         index = MySQLIndex(MySQLSettings.from_url(mysql_url), clock=lambda: now)
     try:

@@ -181,3 +181,36 @@ def test_db_prune_command_embedded(tmp_path: object, capsys: pytest.CaptureFixtu
     assert cli.main(["db", "prune", "--data-dir", str(tmp_path)]) == 0
     assert "and 4 archived sends" in capsys.readouterr().out
     assert cli.main(["db", "prune", "--store", "redis://x"]) == 2
+
+
+async def test_migrate_from_schema_5_adds_im_lease() -> None:
+    from storage.mysql import migrate
+
+    url = await fresh_mysql()
+    s = MySQLSettings.from_url(url)
+    conn = await aiomysql.connect(
+        host=s.host, port=s.port, user=s.user, password=s.password, db=s.database,
+        autocommit=True,
+    )  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute("DROP TABLE im_lease")
+            await cur.execute("UPDATE im_meta SET value='5' WHERE name='schema_version'")
+        store = MySQLStore(s)
+        with pytest.raises(Exception, match="imgw db migrate"):
+            await store.start()
+        await store.close()
+        assert await migrate(s)
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
+            assert (await cur.fetchone())[0] == "6"
+        store = MySQLStore(s, lease_owner="node-a")
+        await store.start()
+        try:
+            await store.maintain()
+            assert store.prune_lease.held
+        finally:
+            await store.close()
+    finally:
+        conn.close()
+        await drop_mysql(url)
