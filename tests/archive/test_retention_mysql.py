@@ -50,7 +50,11 @@ async def _retention(url: str, to: str) -> None:
     try:
         h: History = await fill(prod, clock)
         await prod.cache_settled()
-        await all_pages(prod, h)  # the recent cache holds every message (120 a conv)
+        for conv in h.convs:  # the recent cache holds every message of each conv
+            msgs, _ = await store.read_after(conv, 0, 1000, min_seq=0, max_seq=None)
+            await client.delete(recent.key(conv), recent.floor_key(conv))
+            await recent.add(msgs)
+            assert [m.seq for m in await recent.range(conv, 1, len(msgs))] == [m.seq for m in msgs]
         original, _ = await _tiers(url)
         clock.ms = T0 + 20 * DAY
         await _run(url, clock, to=to, older_than_ms=15 * DAY)
