@@ -185,6 +185,7 @@ def test_db_prune_command_embedded(tmp_path: object, capsys: pytest.CaptureFixtu
 
 async def test_migrate_from_schema_5_adds_im_lease() -> None:
     from storage.mysql import migrate
+    from storage.mysql.schema import SCHEMA_VERSION
 
     url = await fresh_mysql()
     s = MySQLSettings.from_url(url)
@@ -203,7 +204,7 @@ async def test_migrate_from_schema_5_adds_im_lease() -> None:
         assert await migrate(s)
         async with conn.cursor() as cur:
             await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
-            assert (await cur.fetchone())[0] == "6"
+            assert (await cur.fetchone())[0] == str(SCHEMA_VERSION)  # 6, or above
         store = MySQLStore(s, lease_owner="node-a")
         await store.start()
         try:
