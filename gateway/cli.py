@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from gateway import dbprune
 from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
 from gateway.hostport import split_host_port
 from protocol.token import DEVICE_RE, KID_RE, sign_token
@@ -427,7 +428,7 @@ COMMAND_HELP: Final = {
     "serve": "run a gateway node",
     "chat": "chat from a terminal (try imgw from two of them)",
     "token": "mint a login token (for testing)",
-    "db": "manage the MySQL schema",
+    "db": "manage the MySQL schema; prune idempotency records",
     "drain": "drain a node: stop accepting, move its clients away at a set rate, exit",
     "revoke": "revoke a user's tokens (or one device's) and kick its sessions on every node",
 }
@@ -570,6 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--store", help="the metadata database: mysql://user:password@host:port/db")
     st.add_argument("--config", help="TOML config file to read the store URL from")
     st.set_defaults(command_parser=st, func=cmd_db_status)
+    dbprune.add_parser(db_sub)
     add = db_sub.add_parser(
         "add-server", help="move message shards to a new MySQL server, gateways running",
         description="Create the tables on URL, then for each shard it takes: freeze it on "

@@ -825,6 +825,7 @@ async def mariadb_plans(
 
 MYSQL_READS = EMBEDDED_READS - {"create_group"} | {
     "member_rows", "max_seq", "seq_bounds", "prune_dedup", "maintain", "set_delivered",
+    "prune",
 }  # fmt: skip
 
 
@@ -858,6 +859,7 @@ async def test_mariadb_hot_paths_search_indexes(
         )
         await api.flush_delivered([(data.group, data.group_member, "pc", 3, now)])
         assert await api.prune_dedup() == 0  # maintain() pruned the 48 h old ones
+        assert (await api.prune(pause_s=0, budget_s=None)).done  # `imgw db prune`
         index = MySQLIndex(store.settings, clock=store.now_ms)
         await index.open()
         try:

@@ -18,6 +18,11 @@ The commit re-reads the batch's rows under a write lock (MySQL: `FOR UPDATE`; SQ
 landed meanwhile), or when another mover archived the range first: the next loop reads
 the rows again.
 
+Retention (storage/archive/retain.py) deletes a conversation's oldest seqs from both
+tiers; the index then holds one "expired" row for them, `(conv_id, 1) -> top expired
+seq` with no file (`file_key` ''), so the archived run still starts at seq 1 and every
+seq above the index's top is still hot. Readers skip it (storage/archive/tiered.py).
+
 `im_archive_sent` keeps, for the idempotency window (48 h), the send of every archived
 client message sent within it, so a retried SEND still gets its original ack (or a
 conflict) when its message was archived at once (`--older-than 0s`); the stores'
@@ -122,6 +127,27 @@ class ArchiveIndex(Protocol):
 
     async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]: ...
 
+    async def expire_file(
+        self,
+        conv_id: int,
+        old: ArchiveFile,
+        through: int,
+        new: ArchiveFile | None,
+        n_rows: int,
+        n_bytes: int,
+    ) -> bool:
+        """Retention, in one transaction: check `old` is the conversation's lowest file
+        (just above the expired range, if any), drop its index row, extend the expired
+        range to `through`, and index `new` (seqs through+1..old.seq_hi, rewritten) if
+        given. False (nothing changed) when a check failed."""
+        ...
+
+    async def expire_hot(self, conv_id: int, rows: Sequence[ArchivedMessage]) -> bool:
+        """Retention, in one transaction: check the rows are still as read, next above
+        the index's top and that no file is left, delete them, extend the expired range
+        through them. False (nothing changed) when a check failed."""
+        ...
+
     async def status(self) -> Status: ...
 
     async def set_last_run(self, fields: dict[str, str]) -> None: ...
@@ -129,6 +155,13 @@ class ArchiveIndex(Protocol):
 
 def _expected(rows: Sequence[ArchivedMessage]) -> list[tuple[int, int, int]]:
     return [(r.msg.seq, r.msg.msg_type, r.recall_seq) for r in rows]
+
+
+def expected_head(old: ArchiveFile) -> list[tuple[int, int, str]]:
+    """The index rows at or below `old.seq_lo` when `old` is next to expire: the
+    expired range, if any, then `old`."""
+    head = [(old.seq_lo, old.seq_hi, old.key)]
+    return head if old.seq_lo == 1 else [(1, old.seq_lo - 1, ""), *head]
 
 
 def _recent_sends(rows: Sequence[ArchivedMessage], now: int) -> list[StoredMessage]:
@@ -291,6 +324,88 @@ class SqliteIndex:
 
         return await self._do(tx)
 
+    def _expired_to(self, c: sqlite3.Connection, conv_id: int, through: int, now: int) -> None:
+        c.execute(
+            "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, n_rows, n_bytes, "
+            "created_ms) VALUES (?, 1, ?, '', '', 0, 0, ?) "
+            "ON CONFLICT (conv_id, seq_lo) DO UPDATE SET seq_hi=excluded.seq_hi",
+            (conv_id, through, now),
+        )
+
+    async def expire_file(
+        self, conv_id: int, old: ArchiveFile, through: int, new: ArchiveFile | None,
+        n_rows: int, n_bytes: int,
+    ) -> bool:  # fmt: skip
+        now = self._clock()
+
+        def tx(c: sqlite3.Connection) -> bool:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                head = c.execute(
+                    "SELECT seq_lo, seq_hi, file_key FROM im_archive WHERE conv_id=? "
+                    "AND seq_lo<=? ORDER BY seq_lo",
+                    (conv_id, old.seq_lo),
+                ).fetchall()
+                if [tuple(r) for r in head] != expected_head(old):
+                    c.execute("ROLLBACK")
+                    return False
+                c.execute(
+                    "DELETE FROM im_archive WHERE conv_id=? AND seq_lo=?", (conv_id, old.seq_lo)
+                )
+                self._expired_to(c, conv_id, through, now)
+                if new is not None:
+                    c.execute(
+                        "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, "
+                        "n_rows, n_bytes, created_ms) VALUES (?,?,?,?,?,?,?,?)",
+                        (conv_id, new.seq_lo, new.seq_hi, new.root, new.key, n_rows, n_bytes,
+                         now),
+                    )  # fmt: skip
+                c.execute("COMMIT")
+                return True
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+
+        return await self._do(tx)
+
+    async def expire_hot(self, conv_id: int, rows: Sequence[ArchivedMessage]) -> bool:
+        lo, hi = rows[0].msg.seq, rows[-1].msg.seq
+        now = self._clock()
+
+        def tx(c: sqlite3.Connection) -> bool:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                found = c.execute(
+                    "SELECT seq, msg_type, recall_seq FROM im_message "
+                    "WHERE conv_id=? AND seq BETWEEN ? AND ? ORDER BY seq",
+                    (conv_id, lo, hi),
+                ).fetchall()
+                top, files = c.execute(
+                    "SELECT MAX(seq_hi), SUM(file_key<>'') FROM im_archive WHERE conv_id=?",
+                    (conv_id,),
+                ).fetchone()
+                if (
+                    [tuple(r) for r in found] != _expected(rows)
+                    or (top or 0) != lo - 1
+                    or (files or 0) != 0
+                ):
+                    c.execute("ROLLBACK")
+                    return False
+                c.execute(
+                    "DELETE FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ?",
+                    (conv_id, lo, hi),
+                )
+                self._expired_to(c, conv_id, hi, now)
+                c.execute("COMMIT")
+                return True
+            except BaseException:
+                if c.in_transaction:
+                    c.execute("ROLLBACK")
+                raise
+
+        return await self._do(tx)
+
     async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
         def q(c: sqlite3.Connection) -> list[ArchiveFile]:
             rows = c.execute(FILES_SQL.format(p="?"), (conv_id, hi, lo)).fetchall()
@@ -303,7 +418,7 @@ class SqliteIndex:
             hot, oldest = c.execute("SELECT COUNT(*), MIN(send_ms) FROM im_message").fetchone()
             files, convs, rows, size = c.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT conv_id), COALESCE(SUM(n_rows), 0), "
-                "COALESCE(SUM(n_bytes), 0) FROM im_archive"
+                "COALESCE(SUM(n_bytes), 0) FROM im_archive WHERE file_key<>''"
             ).fetchone()
             last = c.execute(
                 "SELECT name, value FROM im_meta WHERE name LIKE ?", (LAST_RUN_PREFIX + "%",)

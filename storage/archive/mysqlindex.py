@@ -16,6 +16,7 @@ from storage.archive.index import (
     Status,
     _expected,
     _recent_sends,
+    expected_head,
 )
 from storage.mysql import MySQLStore, sql
 from storage.mysql.schema import message_table
@@ -142,6 +143,75 @@ class MySQLIndex:
 
         return await self._db(conv_id).run(body)
 
+    async def _expired_to(self, cur: Cursor, conv_id: int, through: int, now: int) -> None:
+        await cur.execute(
+            "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, n_rows, n_bytes, "
+            "created_ms) VALUES (%s, 1, %s, '', '', 0, 0, %s) "
+            "ON DUPLICATE KEY UPDATE seq_hi=VALUES(seq_hi)",
+            (conv_id, through, now),
+        )
+
+    async def expire_file(
+        self, conv_id: int, old: ArchiveFile, through: int, new: ArchiveFile | None,
+        n_rows: int, n_bytes: int,
+    ) -> bool:  # fmt: skip
+        now = self._clock()
+
+        async def body(cur: Cursor) -> bool:
+            await cur.execute(
+                "SELECT seq_lo, seq_hi, file_key FROM im_archive WHERE conv_id=%s "
+                "ORDER BY seq_lo LIMIT 2 FOR UPDATE",
+                (conv_id,),
+            )
+            head = [(int(a), int(b), str(k)) for a, b, k in await cur.fetchall()]
+            want = expected_head(old)
+            if head[: len(want)] != want:
+                return False
+            await cur.execute(
+                "DELETE FROM im_archive WHERE conv_id=%s AND seq_lo=%s", (conv_id, old.seq_lo)
+            )
+            await self._expired_to(cur, conv_id, through, now)
+            if new is not None:
+                await cur.execute(
+                    "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, n_rows, "
+                    "n_bytes, created_ms) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                    (conv_id, new.seq_lo, new.seq_hi, new.root, new.key, n_rows, n_bytes, now),
+                )
+            return True
+
+        return await self._db(conv_id).run(body)
+
+    async def expire_hot(self, conv_id: int, rows: Sequence[ArchivedMessage]) -> bool:
+        lo, hi = rows[0].msg.seq, rows[-1].msg.seq
+        table = self._table(conv_id)
+        now = self._clock()
+
+        async def body(cur: Cursor) -> bool:
+            # the same locks as the archiver's commit: a recall either landed before
+            # (the check fails) or finds the row gone
+            await cur.execute(
+                f"SELECT seq, msg_type, status FROM {table} WHERE conv_id=%s "
+                "AND seq BETWEEN %s AND %s ORDER BY seq FOR UPDATE",
+                (conv_id, lo, hi),
+            )
+            found = [(int(a), int(b), int(c)) for a, b, c in await cur.fetchall()]
+            await cur.execute(
+                "SELECT MAX(seq_hi), COALESCE(SUM(file_key<>''), 0) FROM im_archive "
+                "WHERE conv_id=%s FOR UPDATE",
+                (conv_id,),
+            )
+            top, files = await cur.fetchone()
+            if found != _expected(rows) or int(top or 0) != lo - 1 or int(files) != 0:
+                return False
+            await cur.execute(
+                f"DELETE FROM {table} WHERE conv_id=%s AND seq BETWEEN %s AND %s",
+                (conv_id, lo, hi),
+            )
+            await self._expired_to(cur, conv_id, hi, now)
+            return True
+
+        return await self._db(conv_id).run(body)
+
     async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
         async def q(cur: Cursor) -> list[ArchiveFile]:
             await cur.execute(FILES_SQL.format(p="%s"), (conv_id, hi, lo))
@@ -175,7 +245,7 @@ class MySQLIndex:
         async def archived(cur: Cursor) -> tuple[int, int, int, int]:
             await cur.execute(
                 "SELECT COUNT(*), COUNT(DISTINCT conv_id), COALESCE(SUM(n_rows), 0), "
-                "COALESCE(SUM(n_bytes), 0) FROM im_archive"
+                "COALESCE(SUM(n_bytes), 0) FROM im_archive WHERE file_key<>''"
             )
             files, convs, rows, size = await cur.fetchone()
             return int(files), int(convs), int(rows), int(size)

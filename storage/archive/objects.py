@@ -16,6 +16,7 @@ function here blocks: callers run them in a thread.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -182,3 +183,10 @@ def read_file(loc: Location, key: str) -> list[ArchivedMessage]:
 def file_exists(loc: Location, key: str) -> bool:
     info = loc.fs.get_file_info(loc.path(key))
     return bool(info.type == pafs.FileType.File)
+
+
+def delete_file(loc: Location, key: str) -> None:
+    """Delete one archive file (retention; a file no index row names any more). Missing
+    already: nothing to do."""
+    with contextlib.suppress(FileNotFoundError):
+        loc.fs.delete_file(loc.path(key))

@@ -25,6 +25,7 @@ import structlog
 
 from storage.archive import objects
 from storage.archive.index import ArchiveIndex, run_blocking
+from storage.archive.retain import Expired, Forgets, expire_conversation
 from storage.errors import StoreUnavailable
 
 BATCH_MAX: Final = 5_000
@@ -40,6 +41,7 @@ class RunReport:
     bytes: int = 0
     conversations: int = 0
     failures: list[str] = field(default_factory=list)
+    expired: Expired = field(default_factory=Expired)  # retention (storage/archive/retain.py)
 
 
 class RateLimit:
@@ -74,16 +76,23 @@ async def archive_run(
     index: ArchiveIndex,
     url: str,
     *,
-    older_than_ms: int,
+    older_than_ms: int | None,
     rate: float | None = None,
     on_batch: Callable[[int, int, int], None] | None = None,
+    retention_ms: int | None = None,
+    recent: Forgets | None = None,
 ) -> RunReport:
-    """Archive every hot message sent more than `older_than_ms` ago to `url`.
+    """Archive every hot message sent more than `older_than_ms` ago to `url` (None: do
+    not archive); first, with `retention_ms`, delete every message sent longer ago than
+    that from both tiers (`recent`: the Redis recent cache, told to forget them).
     `on_batch(conv_id, seq_lo, seq_hi)` is told of each committed batch."""
-    loc = objects.open_location(url)  # refuses a bad URL before anything moves
+    # refuses a bad URL before anything moves (retention only: no URL needed)
+    loc = objects.open_location(url) if older_than_ms is not None else None
     limit = RateLimit(rate)
     size = batch_size(rate)
-    cutoff = index.now_ms() - older_than_ms
+    now = index.now_ms()
+    cutoff = None if older_than_ms is None else now - older_than_ms
+    expire_before = None if retention_ms is None else now - retention_ms
     report = RunReport()
     after = 0
     while True:
@@ -93,9 +102,16 @@ async def archive_run(
         after = convs[-1]
         for conv_id in convs:
             try:
-                moved = await _archive_conversation(
-                    index, loc, conv_id, cutoff, size, limit, report, on_batch
-                )
+                if expire_before is not None:
+                    expired = await expire_conversation(
+                        index, conv_id, expire_before, size, limit, report.expired, recent
+                    )
+                    report.expired.conversations += expired > 0
+                moved = 0
+                if cutoff is not None and loc is not None:
+                    moved = await _archive_conversation(
+                        index, loc, conv_id, cutoff, size, limit, report, on_batch
+                    )
             except Exception as e:
                 # pyarrow raises OSError for I/O (S3 too), ValueError for a bad read-back;
                 # the database StoreUnavailable, or its own error (a shard being moved by

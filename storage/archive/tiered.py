@@ -12,6 +12,9 @@ seqs exactly as to the hot ones, and the archived rows are the rows as they stoo
 (recalled messages as recalled), so pages keep the same order, recall and membership
 rules. A batch archived while a page is read shows up in both reads at most: rows are
 merged by seq.
+
+Seqs removed by retention (storage/archive/retain.py) are named by the conversation's
+"expired" index row (no file): it is left out here, so no page returns them.
 """
 
 from __future__ import annotations
@@ -45,6 +48,11 @@ async def _read_files(files: Sequence[ArchiveFile], lo: int, hi: int) -> list[St
         raise StoreUnavailable(f"archive: {e}") from e
 
 
+def _live(files: list[ArchiveFile]) -> list[ArchiveFile]:
+    """The files to read: without the expired range (retention), which has no file."""
+    return [f for f in files if f.key]
+
+
 def _merge(older: list[StoredMessage], hot: list[StoredMessage]) -> list[StoredMessage]:
     seen = {m.seq for m in hot}
     return sorted([m for m in older if m.seq not in seen] + hot, key=lambda m: m.seq)
@@ -70,7 +78,7 @@ async def read_after(
     top = min(hi, rows[0].seq - 1) if rows else hi
     if top < low:
         return hot
-    files = await files_of(conv_id, low, top)
+    files = _live(await files_of(conv_id, low, top))
     if not files:
         return hot
     # the first limit + 1 archived seqs at most: the files are in seq order
@@ -110,7 +118,7 @@ async def read_before(
     top = rows[0].seq - 1 if rows else hi
     if top < low:
         return hot
-    files = await files_of(conv_id, low, top)
+    files = _live(await files_of(conv_id, low, top))
     if not files:
         return hot
     need = limit - len(rows) + 1  # one more than fits: whether older ones exist

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-# 2: im_archive, im_archive_sent, im_meta (storage/archive); 3: (another branch's);
+# 2: im_archive, im_archive_sent, im_meta (storage/archive); 3: unused;
 # 4: im_media_upload, im_media_ref (storage/media). Every table is CREATE ... IF NOT
 # EXISTS, so versions stack: the highest wins and every table is created.
 SCHEMA_VERSION: Final = 4

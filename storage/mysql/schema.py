@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from storage.mysql.settings import MySQLSettings
 
 # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
-# 5: im_archive, im_archive_sent (storage/archive); 6: (another branch's);
+# 5: im_archive, im_archive_sent (storage/archive); 6: im_lease (storage/mysql/lease.py);
 # 7: im_media_upload, im_media_ref (storage/media). Tables are CREATE ... IF NOT EXISTS,
 # so versions stack: the highest is recorded and every table is created.
 SCHEMA_VERSION: Final = 7
@@ -157,10 +157,19 @@ _TABLES: Final = [
         created_ms BIGINT NOT NULL,
         PRIMARY KEY (media_key, conv_id)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # Named leases (storage/mysql/lease.py): the node that holds `name` until expires_ms
+    # (the database server's clock) does the job only one node should, e.g. pruning.
+    """CREATE TABLE IF NOT EXISTS im_lease (
+        name       VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+        owner      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        expires_ms BIGINT NOT NULL
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 ]
 # Only in the metadata database; every other table of _TABLES is also on each shard
 # server, for the conversations of its shards (docs/decisions.md).
-_META_ONLY: Final = ("im_node_lease", "im_shard_map", "im_media_upload", "im_media_ref")
+_META_ONLY: Final = (
+    "im_node_lease", "im_shard_map", "im_lease", "im_media_upload", "im_media_ref",
+)  # fmt: skip
 
 _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
     id            BIGINT UNSIGNED NOT NULL PRIMARY KEY,

@@ -60,6 +60,7 @@ from storage.models import (
 )
 from storage.mysql import sql
 from storage.mysql.append import GroupCommit, load_sent
+from storage.mysql.lease import Lease, default_owner
 from storage.mysql.outbox import MySQLOutbox, ShardedOutbox
 from storage.mysql.schema import SCHEMA_VERSION, message_table, read_map
 from storage.mysql.settings import MySQLSettings
@@ -82,11 +83,34 @@ from storage.rules import (
 from storage.snowflake import Snowflake
 
 DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
+# Pruning (maintain): one node at a time, the holder of the lease PRUNE_LEASE, which it
+# renews at each call (the node calls about once a minute: the lease outlives two
+# missed calls); batches of PRUNE_BATCH rows per server, each followed by a pause so
+# that deleting takes at most PRUNE_DUTY of the time (and at least PRUNE_PAUSE_S), for
+# PRUNE_BUDGET_S at most a call: a large backlog drains over several calls without a
+# long transaction or a burst that would hold up sends (bench/results/README.md,
+# "Pruning im_send_dedup": send p99 with pruning on and off).
+PRUNE_LEASE: Final = "prune"
+PRUNE_LEASE_TTL_MS: Final = 150_000
+PRUNE_BATCH: Final = 500
+PRUNE_PAUSE_S: Final = 0.05
+PRUNE_DUTY: Final = 0.05
+PRUNE_BUDGET_S: Final = 45.0
 MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
 REPLICA_PAUSE_S: Final = 10.0  # after a replica failed, pages come from the primary
 REUSE_CHECK_S: Final = 0.5  # how long a send batch waits for a server's key reuse check
 T = TypeVar("T")
 R = TypeVar("R", bound=tuple[int, ...] | tuple[int, int, str, int, int])
+
+
+@dataclass(slots=True)
+class PruneReport:
+    """What a prune did: idempotency records and archived sends deleted, batches."""
+
+    dedup: int = 0
+    sent: int = 0
+    batches: int = 0
+    done: bool = False  # False: stopped by its time budget, more is due
 
 
 @dataclass(slots=True)
@@ -119,6 +143,8 @@ class MySQLStore:
         *,
         ids: Snowflake | None = None,
         clock: Callable[[], int] = _now_ms,
+        lease_owner: str | None = None,
+        prune_lease_ttl_ms: int = PRUNE_LEASE_TTL_MS,
     ) -> None:
         self.settings = settings
         self._clock = clock
@@ -126,6 +152,12 @@ class MySQLStore:
         self._db = Transactions(settings)
         self._run = self._db.run
         self._shards = settings.shards
+        # the housekeeping leader's lease (storage/mysql/lease.py)
+        self.prune_lease = Lease(
+            self._db, PRUNE_LEASE, lease_owner or default_owner(), prune_lease_ttl_ms
+        )
+        self._pruning = False
+        self.last_prune = PruneReport(done=True)
         self._durability: dict[str, str] = {}
         self._outbox = MySQLOutbox(self._db, clock)
         self._syncs = SyncBatcher(self._db, self.shard_of)
@@ -241,6 +273,8 @@ class MySQLStore:
                 self.last_map_error = repr(e)
 
     async def close(self) -> None:
+        with contextlib.suppress(Exception):  # it expires anyway
+            await self.prune_lease.release()
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -257,7 +291,52 @@ class MySQLStore:
         return self._clock()
 
     async def maintain(self) -> None:
-        await self.prune_dedup()
+        """Prune, if this store holds the prune lease (taking or renewing it); never
+        two prunes of this store at once."""
+        if self._pruning:
+            return
+        self._pruning = True
+        try:
+            if await self.prune_lease.take():
+                self.last_prune = await self.prune()
+        finally:
+            self._pruning = False
+
+    async def prune(
+        self,
+        *,
+        keep_ms: int = DEDUP_KEEP_MS,
+        batch: int = PRUNE_BATCH,
+        pause_s: float = PRUNE_PAUSE_S,
+        duty: float = PRUNE_DUTY,
+        budget_s: float | None = PRUNE_BUDGET_S,
+        on_batch: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Prune in batches of `batch` rows (per server and table) until nothing older
+        than `keep_ms` is left or `budget_s` has passed, pausing between batches at
+        least `pause_s`, and long enough that the batches take at most `duty` of the
+        time (1: no pause beyond `pause_s`). Needs no lease: `imgw db prune` calls it
+        directly."""
+        if not 0 < duty <= 1:
+            raise ValueError("duty must be in (0, 1]")
+        loop = asyncio.get_running_loop()
+        end = None if budget_s is None else loop.time() + budget_s
+        report = PruneReport()
+        while True:
+            began = loop.time()
+            parts = await self._each(lambda x: self._prune_server(x.db, keep_ms, batch))
+            took = loop.time() - began
+            report.batches += 1
+            report.dedup += sum(d for d, _ in parts)
+            report.sent += sum(s for _, s in parts)
+            if on_batch is not None:
+                on_batch(report)
+            if all(d < batch and s < batch for d, s in parts):
+                report.done = True
+                return report
+            if end is not None and loop.time() >= end:
+                return report
+            await asyncio.sleep(max(pause_s, took * (1 - duty) / duty))
 
     async def _split(
         self, rows: Sequence[R], write: Callable[[Transactions, Sequence[R]], Awaitable[None]]
@@ -289,7 +368,13 @@ class MySQLStore:
         24), at most `limit` rows a call so no transaction grows large. Returns how many
         went. The message rows keep UNIQUE(conv_id, sender, client_msg_id) for good."""
 
-        async def body(cur: Cursor) -> int:
+        parts = await self._each(lambda x: self._prune_server(x.db, keep_ms, limit))
+        return sum(d for d, _ in parts)
+
+    async def _prune_server(self, db: Transactions, keep_ms: int, limit: int) -> tuple[int, int]:
+        """One batch on one server: (idempotency records, archived sends) deleted."""
+
+        async def body(cur: Cursor) -> tuple[int, int]:
             await cur.execute(
                 "DELETE FROM im_send_dedup WHERE created_ms < %s LIMIT %s",
                 (self._clock() - keep_ms, limit),
@@ -299,9 +384,9 @@ class MySQLStore:
                 "DELETE FROM im_archive_sent WHERE send_ms < %s LIMIT %s",
                 (self._clock() - keep_ms, limit),
             )
-            return gone
+            return gone, rowcount(cur)
 
-        return sum(await self._each(lambda x: x.db.run(body)))
+        return await db.run(body)
 
     def durability(self) -> dict[str, str]:
         return {"engine": "mysql", **self._durability}

@@ -29,6 +29,8 @@ SLOW_PATHS = (
     "amqp/",  # RabbitMQ
     "archive/test_archive_mysql.py",  # MariaDB and Redis
     "archive/test_archive_kill.py",  # `imgw archive run` subprocesses, killed
+    "archive/test_retention_mysql.py",  # MariaDB and Redis
+    "archive/test_retention_kill.py",  # `imgw archive run --retention`, killed
     "cluster/",  # gateway processes on MariaDB + Redis + RabbitMQ
     "e2e/",  # gateways on real sockets: in-process on every backend, or processes
     "faults/",  # MariaDB and Redis through fault-injecting proxies
