@@ -441,10 +441,14 @@ class Node:
             self.spawn(self._maintain())
 
     async def _maintain(self) -> None:
+        if self.media is not None:  # beside the store's (pruning may take most of a minute)
+            self.spawn(self._sweep_media())
         try:
             await self.store.maintain()
         except Exception as e:  # housekeeping retries next minute
             self.log.warning("store maintenance failed", error=repr(e))
+
+    async def _sweep_media(self) -> None:
         if self.media is not None:
             try:
                 if swept := await self.media.sweep():
