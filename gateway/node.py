@@ -43,7 +43,7 @@ from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
 RATE_PRUNE_EVERY_S: Final = 60.0
 PACE_STEP_S: Final = 0.05
 KICKS_IN_FLIGHT: Final = 2  # duplicate-login kick publishes out at once (all nodes)
-KICKS_LINGER_S: Final = 0.002  # between them, under load
+KICKS_LINGER_S: Final = 0.04  # between them, under load
 
 
 class Node:

@@ -88,7 +88,7 @@ class Coalescer:
 
     MAX_IN_FLIGHT: ClassVar[int] = 2
     MAX_CALLS: ClassVar[int] = 1024  # per pipeline
-    LINGER_S: ClassVar[float] = 0.002
+    LINGER_S: ClassVar[float] = 0.02  # a login under load waits at most this for its route
 
     def __init__(self, client: Client, what: str, limit_s: float) -> None:
         self._client = client
