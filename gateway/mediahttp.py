@@ -30,6 +30,7 @@ from urllib.parse import unquote, urlsplit
 
 import structlog
 
+from gateway.logs import Throttle
 from storage.media.keys import parse_key
 from storage.media.objects import FileObjects
 from storage.media.signing import Grant, SignatureError, verify
@@ -62,6 +63,7 @@ class MediaHttpServer:
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()  # the connections open
         self.log = structlog.get_logger("imgw.media")
+        self._log_throttle = Throttle(time.monotonic)  # refusals come from anyone
 
     @property
     def port(self) -> int:
@@ -149,14 +151,24 @@ class MediaHttpServer:
         try:
             grant = verify(self._objects.secret, method, unquote(url.path), url.query, time.time())
         except SignatureError as e:
-            self.log.info("media URL refused", method=method, reason=e.reason)
+            if (held := self._log_throttle.allow("refused")) is not None:
+                self.log.info(
+                    "media URL refused", method=method, reason=e.reason, similar_held_back=held
+                )
             raise _Refused("403 Forbidden", "URL refused (bad or expired signature)") from None
         if parse_key(grant.key) is None:
             raise _Refused("400 Bad Request", "not a media key")
-        if method == "PUT":
-            await self._put(grant, headers, version, reader, writer)
-        else:
-            await self._get(grant, writer)
+        try:
+            if method == "PUT":
+                await self._put(grant, headers, version, reader, writer)
+            else:
+                await self._get(grant, writer)
+        except OSError as e:  # the disk (full, unreadable); the peer's errors and timeouts pass
+            if isinstance(e, ConnectionError | TimeoutError):
+                raise
+            if (held := self._log_throttle.allow("disk")) is not None:
+                self.log.error("media file I/O failed", error=repr(e), similar_held_back=held)
+            raise _Refused("500 Internal Server Error", "storage failed; retry later") from None
 
     async def _put(
         self,
@@ -175,7 +187,7 @@ class MediaHttpServer:
         if headers.get("expect", "").lower() == "100-continue" and version == "HTTP/1.1":
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         path = self._objects.path(grant.key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        await asyncio.to_thread(os.makedirs, os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.{time.monotonic_ns()}.part"
         digest = hashlib.sha256()
         fh: IO[bytes] = await asyncio.to_thread(open, tmp, "wb")
@@ -211,11 +223,20 @@ class MediaHttpServer:
                 f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode()
             )
             async with asyncio.timeout(_transfer_s(size)):
-                while chunk := await asyncio.to_thread(fh.read, CHUNK):
+                while chunk := await _read(fh):
                     writer.write(chunk)
                     await _drain(writer)
         finally:
             fh.close()
+
+
+async def _read(fh: IO[bytes]) -> bytes:
+    """The next chunk of a download whose header went out: a disk error now can only end
+    the connection (the peer sees a short body), not answer 500."""
+    try:
+        return await asyncio.to_thread(fh.read, CHUNK)
+    except OSError as e:
+        raise ConnectionAbortedError(f"reading the object failed: {e!r}") from e
 
 
 def _transfer_s(size: int) -> float:

@@ -198,3 +198,28 @@ async def test_connections_over_the_cap_are_turned_away(
     finally:
         for _, w in idle:
             w.close()
+
+
+async def test_an_upload_the_disk_refuses_is_answered_500_and_leaves_nothing(
+    listener: MediaHttpServer,
+) -> None:
+    """Where the object's directory should be there is a file (a broken or full disk
+    looks the same to the listener): the uploader hears 500, retries later, and no
+    half-written part is left."""
+    data = b"bytes the disk will not take"
+    key = media_key(5, hashlib.sha256(data).hexdigest())
+    where = os.path.dirname(_objects(listener).path(key))
+
+    def block() -> None:
+        os.makedirs(os.path.dirname(where), exist_ok=True)
+        with open(where, "wb") as fh:
+            fh.write(b"not a directory")
+
+    await asyncio.to_thread(block)
+    url = _objects(listener).upload_url(key, len(data), "image/png", int(time.time()) + 60)
+    target = url.split(f":{listener.port}", 1)[1].encode()
+    head = b"PUT " + target + b" HTTP/1.1\r\nContent-Type: image/png\r\nContent-Length: "
+    reply = await _exchange(listener, head + str(len(data)).encode() + b"\r\n\r\n" + data)
+    assert reply.startswith(b"HTTP/1.1 500 "), reply[:80]
+    left = await asyncio.to_thread(os.listdir, os.path.dirname(where))
+    assert left == [os.path.basename(where)]  # the blocking file, no part beside it
