@@ -77,6 +77,7 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_stop_signal)
         self.log.info("supervisor starting workers", workers=len(self.slots))
+        _import_worker(self.config)
         for slot in self.slots:
             self._spawn(slot)
         stop_deadline = 0.0
@@ -215,3 +216,13 @@ def _die_with_parent(parent: int) -> None:
         pass
     if os.getppid() != parent:  # the supervisor died before prctl
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _import_worker(config: Config) -> None:
+    """What every worker runs, imported once here before the forks rather than by each
+    worker after its own (tests/unit/test_supervisor_imports.py: importing starts no
+    thread, which a fork would lose)."""
+    import gateway.server  # noqa: F401
+    from storage.factory import import_backends
+
+    import_backends(config.store_url(), config.cache, config.bus)
