@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from protocol.ops import MsgType
@@ -186,3 +190,25 @@ def ended_cleanly(rc: int, err: str) -> bool:
     """The run finished (0), was killed (SIGKILL), or its status was lost with nothing
     on stderr; the data checks after each run say whether anything went wrong."""
     return rc in (0, -9) or (rc == LOST_STATUS and not err.strip())
+
+
+async def run_killed_at(argv: list[str], cwd: Path, after_s: float) -> tuple[int, bool]:
+    """Run `argv` and SIGKILL it after `after_s` unless it finished first: (exit status,
+    killed). Fails the test if the run ended any other way (its stderr says why)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    killed = False
+    try:
+        await asyncio.wait_for(proc.wait(), after_s)
+    except TimeoutError:
+        proc.send_signal(signal.SIGKILL)
+        killed = True
+    finally:
+        if proc.returncode is None:
+            proc.kill()  # only on a failure of this test: leave no process
+        assert proc.stderr is not None
+        err = (await proc.stderr.read()).decode()
+        rc = await asyncio.wait_for(proc.wait(), 30)
+    assert ended_cleanly(rc, err), err
+    return rc, killed

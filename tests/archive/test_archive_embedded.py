@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +23,7 @@ from storage.embedded.schema import SCHEMA_VERSION
 from storage.errors import StoreUnavailable
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from tests.archive.common import DAY, T0, Clock, History, all_pages, diff_pages, fill
+from tests.support.s3 import moto_s3
 
 
 @pytest.fixture
@@ -268,38 +268,11 @@ async def cli(argv: list[str]) -> int:
 # -- S3: moto's standalone server ------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
 def moto_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """An S3-compatible server (moto) on a free port, with a bucket `imgw`; its
-    endpoint URL."""
-    from moto.server import ThreadedMotoServer
-
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    for k, v in {
-        "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }.items():  # fmt: skip
-        monkeypatch.setenv(k, v)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
-            Bucket="imgw"
-        )
+    """An S3-compatible server (moto) with a bucket `imgw`; its endpoint URL."""
+    with moto_s3(monkeypatch) as endpoint:
         yield endpoint
-    finally:
-        server.stop()
 
 
 async def test_archive_to_s3(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from storage.archive import objects
 from storage.embedded import EmbeddedStore
 from storage.models import NewMessage
 from storage.mysql import MySQLSettings, MySQLStore
-from tests.archive.common import ended_cleanly, mysql_tables
+from tests.archive.common import mysql_tables, run_killed_at
 from tests.support.services import drop_mysql, fresh_mysql
 
 CONVS = 30
@@ -107,21 +106,8 @@ async def test_kill_9_at_random_points_loses_and_duplicates_nothing(
         killed = 0
         progress = []
         for _ in range(KILLS):
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-            )
-            try:
-                await asyncio.wait_for(proc.wait(), rng.uniform(0.3, 3.0))
-            except TimeoutError:
-                proc.send_signal(signal.SIGKILL)
-                killed += 1
-            finally:
-                if proc.returncode is None:
-                    proc.kill()  # only on a failure of this test: leave no process
-                assert proc.stderr is not None
-                err = (await proc.stderr.read()).decode()
-                rc = await asyncio.wait_for(proc.wait(), 30)
-            assert ended_cleanly(rc, err), err
+            rc, was_killed = await run_killed_at(argv, REPO, rng.uniform(0.3, 3.0))
+            killed += was_killed
             hot, cold = await tiers()
             assert len(cold) == len(set(cold)), f"seed {seed}: archived twice"
             assert not set(hot) & set(cold), f"seed {seed}: both hot and archived"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from storage.archive.run import archive_run
 from storage.embedded import EmbeddedStore
 from storage.models import NewMessage
 from storage.mysql import MySQLSettings, MySQLStore
-from tests.archive.common import DAY, ended_cleanly, mysql_tables
+from tests.archive.common import DAY, mysql_tables, run_killed_at
 from tests.archive.test_retention import Row, check_after, hot_rows, index_rows, tiers
 from tests.support.services import drop_mysql, fresh_mysql
 
@@ -109,21 +108,8 @@ async def test_retention_killed_at_random_points(kind: str, tmp_path: Path) -> N
                 "--retention", "5d", "--rate", "400"]  # fmt: skip
         killed = 0
         for n in range(KILLS):
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-            )
-            try:
-                await asyncio.wait_for(proc.wait(), rng.uniform(0.3, 2.5))
-            except TimeoutError:
-                proc.send_signal(signal.SIGKILL)
-                killed += 1
-            finally:
-                if proc.returncode is None:
-                    proc.kill()  # only on a failure of this test: leave no process
-                assert proc.stderr is not None
-                err = (await proc.stderr.read()).decode()
-                rc = await asyncio.wait_for(proc.wait(), 30)
-            assert ended_cleanly(rc, err), err
+            rc, was_killed = await run_killed_at(argv, REPO, rng.uniform(0.3, 2.5))
+            killed += was_killed
             rows, expired = await visible()
             # a row past retention later than the fill's clock: the run's own now
             check_after(original, rows, expired, int(time.time() * 1000) - RETENTION)

@@ -13,7 +13,8 @@ from gateway.server import Server
 from protocol.frames import ConvOk, MediaGet, MediaUrl, OpenP2P
 from protocol.ops import ErrorCode
 from tests.conftest import StartGateway
-from tests.media.common import HOUR_MS, a_file, ask_upload, fetch, moto_s3, put, send_media
+from tests.media.common import HOUR_MS, a_file, ask_upload, fetch, put, send_media
+from tests.support.s3 import moto_s3
 from tests.support.wire import Wire
 
 pytestmark = pytest.mark.backends("embedded")
