@@ -44,6 +44,7 @@ RATE_PRUNE_EVERY_S: Final = 60.0
 PACE_STEP_S: Final = 0.05
 KICKS_IN_FLIGHT: Final = 2  # duplicate-login kick publishes out at once (all nodes)
 KICKS_LINGER_S: Final = 0.04  # between them, under load
+KICKS_NODES_MAX: Final = 64  # nodes with kicks waiting that send at once
 
 
 class Node:
@@ -147,10 +148,11 @@ class Node:
         self._kicks: dict[str, list[int]] = {}  # node -> conn_ids to KICK, not yet sent
         self._kick_pacer = Pacer(
             self._publish_kicks,
-            lambda: bool(self._kicks),
+            lambda: len(self._kicks),
             self._kicks.clear,  # shutdown
             in_flight=KICKS_IN_FLIGHT,
             linger_s=KICKS_LINGER_S,
+            batch_max=KICKS_NODES_MAX,
             spawn=self.spawn,  # settle() waits for them
         )
         # frames waiting for connections whose transport is past its high-water mark
@@ -405,8 +407,10 @@ class Node:
         self._kick_pacer.request()
 
     async def _publish_kicks(self) -> None:
-        node = next(iter(self._kicks))
-        await self.bus.publish(node, envelope.kick(self._kicks.pop(node)))
+        """One publish to each node that has kicks waiting, all at once."""
+        kicks = list(self._kicks.items())
+        self._kicks.clear()  # the same dict: the pacer's shutdown callback clears it
+        await asyncio.gather(*(self.bus.publish(n, envelope.kick(ids)) for n, ids in kicks))
 
     async def end_session(self, conn: Connection) -> None:
         """LOGOUT: the route goes at once (closing it later removes nothing twice)."""

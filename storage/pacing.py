@@ -8,11 +8,13 @@ a batch when
 
 - something is waiting,
 - fewer than `in_flight` batches are out, and
-- `linger_s` has passed since the last batch went (under load: batches at most every
-  `linger_s`, growing with the load; an idle coalescer sends at the end of the iteration
-  the call was made in, so a lone call waits for nothing).
+- `linger_s` has passed since the last batch went, unless a full batch (`batch_max`)
+  is waiting or the call asked not to wait (`request(now=True)`: a SYNC's next page,
+  whose client waits on each page in turn).
 
-Calls made meanwhile wait for the next batch.
+So under load batches go at most every `linger_s` and grow with the load, up to
+`batch_max`; a call made when no batch went for `linger_s` goes at the end of the
+event-loop iteration it was made in. Calls made meanwhile wait for the next batch.
 """
 
 from __future__ import annotations
@@ -30,18 +32,19 @@ class Pacer:
     create_task), so an owner can keep track of its background work."""
 
     __slots__ = (
-        "_cancelled", "_last", "_linger", "_max", "_scheduled", "_spawn", "_take", "_tasks",
-        "_waiting",
+        "_batch", "_cancelled", "_last", "_linger", "_max", "_scheduled", "_spawn", "_take",
+        "_tasks", "_timer", "_waiting",
     )  # fmt: skip
 
     def __init__(
         self,
         take: Callable[[], Coroutine[Any, Any, None]],
-        waiting: Callable[[], bool],
+        waiting: Callable[[], int],
         cancelled: Callable[[], None],
         *,
         in_flight: int,
         linger_s: float,
+        batch_max: int,
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None,
     ) -> None:
         self._spawn = spawn
@@ -49,9 +52,11 @@ class Pacer:
         self._waiting = waiting
         self._cancelled = cancelled
         self._max = in_flight
+        self._batch = batch_max
         self._linger = linger_s
         self._tasks: set[asyncio.Task[None]] = set()
         self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None  # a send waiting out the linger
         self._last = float("-inf")  # loop time the last batch went
 
     @property
@@ -59,20 +64,29 @@ class Pacer:
         """Batches sent and not yet answered."""
         return len(self._tasks)
 
-    def request(self) -> None:
-        """The owner queued a call: send it as soon as the rules allow."""
-        if self._scheduled or len(self._tasks) >= self._max:
-            return
-        self._scheduled = True
+    def request(self, *, now: bool = False) -> None:
+        """The owner queued a call: send it as soon as the rules allow (`now`: without
+        waiting for the linger)."""
+        if len(self._tasks) >= self._max:
+            return  # the next batch goes when one comes back (_done)
         loop = asyncio.get_running_loop()
         wait = self._last + self._linger - loop.time()
-        if wait > 0:
-            loop.call_later(wait, self._send)
-        else:
+        urgent = wait <= 0 or now or self._waiting() >= self._batch
+        if self._scheduled:
+            if urgent and self._timer is not None:  # was waiting out the linger
+                self._timer.cancel()
+                self._timer = None
+                loop.call_soon(self._send)
+            return
+        self._scheduled = True
+        if urgent:
             loop.call_soon(self._send)
+        else:
+            self._timer = loop.call_later(wait, self._send)
 
     def _send(self) -> None:
         self._scheduled = False
+        self._timer = None
         loop = asyncio.get_running_loop()
         if self._waiting() and len(self._tasks) < self._max:
             self._last = loop.time()

@@ -1055,7 +1055,7 @@ class MySQLStore:
         limit: int,
     ) -> SyncPage:
         """One page of the user's conversations changed since `changed_since_ms`. The
-        SYNCs asked for in one event-loop iteration share round trips (storage/mysql/sync.py).
+        SYNCs asked together share round trips (storage/mysql/sync.py).
         With several servers each answers a page of its own conversations, at once, and
         the pages merge in the page order (last active, then conv_id, descending): each
         server's first `limit` rows hold every one of its rows the merged page can

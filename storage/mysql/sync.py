@@ -113,10 +113,11 @@ class SyncBatcher:
         self._syncs: list[_SyncAsk] = []  # asked, not yet sent
         self._pacer = Pacer(
             self._next_batch,
-            lambda: bool(self._syncs),
+            lambda: len(self._syncs),
             self._cancel_waiting,
             in_flight=SYNC_IN_FLIGHT,
             linger_s=SYNC_LINGER_S,
+            batch_max=SYNC_BATCH_MAX,
         )
 
     async def ask(
@@ -133,7 +134,8 @@ class SyncBatcher:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[SyncPage] = loop.create_future()
         self._syncs.append(_SyncAsk(uid, device, changed_since_ms, after, limit, fut))
-        self._pacer.request()
+        # A next page does not wait out the linger: its client asks page after page.
+        self._pacer.request(now=after is not None)
         return await fut
 
     def _next_batch(self) -> Coroutine[Any, Any, None]:

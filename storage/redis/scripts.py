@@ -97,10 +97,11 @@ class Coalescer:
         self._pending: list[tuple[ScriptCall, asyncio.Future[Reply]]] = []
         self._pacer = Pacer(
             self._next,
-            lambda: bool(self._pending),
+            lambda: len(self._pending),
             self._cancel_pending,
             in_flight=self.MAX_IN_FLIGHT,
             linger_s=self.LINGER_S,
+            batch_max=self.MAX_CALLS,
         )
 
     async def call(self, call: ScriptCall) -> Reply:

@@ -11,24 +11,27 @@ class Owner:
     """A coalescer: calls queue up, each batch takes everything queued and takes
     `rtt_s` to be answered."""
 
-    def __init__(self, *, in_flight: int = 2, linger_s: float = 0.0, rtt_s: float = 0.01):
+    def __init__(
+        self, *, in_flight: int = 2, linger_s: float = 0.0, rtt_s: float = 0.01, batch: int = 1000
+    ):
         self.queue: list[int] = []
         self.batches: list[list[int]] = []
         self.sent_at: list[float] = []
         self.rtt_s = rtt_s
+        self.batch = batch
         self.cancels = 0
         self.idle = asyncio.Event()  # set when a batch ends with nothing queued or out
         self.pacer = Pacer(
-            self.take, lambda: bool(self.queue), self.cancelled,
-            in_flight=in_flight, linger_s=linger_s,
+            self.take, lambda: len(self.queue), self.cancelled,
+            in_flight=in_flight, linger_s=linger_s, batch_max=batch,
         )  # fmt: skip
 
-    def call(self, x: int) -> None:
+    def call(self, x: int, *, now: bool = False) -> None:
         self.queue.append(x)
-        self.pacer.request()
+        self.pacer.request(now=now)
 
     async def take(self) -> None:
-        batch, self.queue = self.queue, []
+        batch, self.queue = self.queue[: self.batch], self.queue[self.batch :]
         self.batches.append(batch)
         self.sent_at.append(asyncio.get_running_loop().time())
         await asyncio.sleep(self.rtt_s)
@@ -86,3 +89,33 @@ async def test_a_cancelled_batch_cancels_what_waits() -> None:
     task.cancel()
     await asyncio.sleep(0.01)
     assert owner.cancels == 1 and owner.queue == [] and owner.batches == [[1]]
+
+
+async def _lingering(owner: Owner) -> None:
+    """A batch just went: the next call would wait out the linger."""
+    owner.call(0)
+    await asyncio.sleep(0.005)
+    assert owner.batches == [[0]] and not owner.pacer.out
+
+
+async def test_a_full_batch_does_not_wait_out_the_linger() -> None:
+    owner = Owner(linger_s=10.0, rtt_s=0.001, batch=3)
+    await _lingering(owner)
+    owner.call(1)
+    owner.call(2)
+    await asyncio.sleep(0.005)
+    assert owner.batches == [[0]]  # two of three: waiting
+    owner.call(3)
+    await asyncio.sleep(0.005)
+    assert owner.batches == [[0], [1, 2, 3]]
+
+
+async def test_a_call_that_asks_not_to_wait_takes_the_waiting_ones_along() -> None:
+    owner = Owner(linger_s=10.0, rtt_s=0.001)
+    await _lingering(owner)
+    owner.call(1)
+    await asyncio.sleep(0.005)
+    assert owner.batches == [[0]]
+    owner.call(2, now=True)  # a SYNC's next page
+    await asyncio.sleep(0.005)
+    assert owner.batches == [[0], [1, 2]]
