@@ -44,7 +44,6 @@ RATE_PRUNE_EVERY_S: Final = 60.0
 PACE_STEP_S: Final = 0.05
 KICKS_IN_FLIGHT: Final = 2  # duplicate-login kick publishes out at once (all nodes)
 KICKS_LINGER_S: Final = 0.04  # between them, under load
-KICKS_NODES_MAX: Final = 64  # nodes with kicks waiting: no lingering then
 
 
 class Node:
@@ -152,7 +151,6 @@ class Node:
             self._kicks.clear,  # shutdown
             in_flight=KICKS_IN_FLIGHT,
             linger_s=KICKS_LINGER_S,
-            batch_max=KICKS_NODES_MAX,
             spawn=self.spawn,  # settle() waits for them
         )
         # frames waiting for connections whose transport is past its high-water mark

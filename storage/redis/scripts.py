@@ -101,7 +101,6 @@ class Coalescer:
             self._cancel_pending,
             in_flight=self.MAX_IN_FLIGHT,
             linger_s=self.LINGER_S,
-            batch_max=self.MAX_CALLS,
         )
 
     async def call(self, call: ScriptCall) -> Reply:

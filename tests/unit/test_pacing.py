@@ -23,7 +23,7 @@ class Owner:
         self.idle = asyncio.Event()  # set when a batch ends with nothing queued or out
         self.pacer = Pacer(
             self.take, lambda: len(self.queue), self.cancelled,
-            in_flight=in_flight, linger_s=linger_s, batch_max=batch,
+            in_flight=in_flight, linger_s=linger_s,
         )  # fmt: skip
 
     def call(self, x: int, *, now: bool = False) -> None:
@@ -98,15 +98,15 @@ async def _lingering(owner: Owner) -> None:
     assert owner.batches == [[0]] and not owner.pacer.out
 
 
-async def test_a_full_batch_does_not_wait_out_the_linger() -> None:
-    owner = Owner(linger_s=10.0, rtt_s=0.001, batch=3)
+async def test_a_full_batch_still_waits_out_the_linger() -> None:
+    """Under load the linger is what keeps batches few: calls beyond a batch queue."""
+    owner = Owner(linger_s=0.05, rtt_s=0.001, batch=3)
     await _lingering(owner)
-    owner.call(1)
-    owner.call(2)
+    for x in range(1, 8):
+        owner.call(x)
     await asyncio.sleep(0.005)
-    assert owner.batches == [[0]]  # two of three: waiting
-    owner.call(3)
-    await asyncio.sleep(0.005)
+    assert owner.batches == [[0]]
+    await asyncio.sleep(0.06)
     assert owner.batches == [[0], [1, 2, 3]]
 
 
