@@ -141,6 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="SYNC from 0 after every reconnect, as a client that lost its state would "
         "(default: from the next_since of its last pass, as apps do)",
     )  # fmt: skip
+    s.add_argument(
+        "--sync-after-login-ok", action="store_true",
+        help="send SYNC once LOGIN_OK has come (default: in the LOGIN's write, right behind "
+        "it, as docs/protocol.md allows)",
+    )  # fmt: skip
     ch = sub.add_parser("chat", help="p2p sends at open-loop rates: send→ACK and send→PUSH")
     _rates(ch, 1000)
     ch.add_argument("--pairs", type=int, help="user pairs (default: <= 10 msg/s per user)")

@@ -173,10 +173,11 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb, sync=True,
         reconnect=True, backoff_base_s=args.backoff_base, backoff_cap_s=args.backoff_cap,
         sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout,
-        keep_since=not args.fresh_sync,
+        keep_since=not args.fresh_sync, pipeline_sync=not args.sync_after_login_ok,
     )  # fmt: skip
     result: dict[str, Any] = {
         "connections_target": n, "how": args.how, "sync_since": "0" if args.fresh_sync else "kept",
+        "sync_sent": "after LOGIN_OK" if args.sync_after_login_ok else "with LOGIN",
         "reconnect_backoff": {"base_s": args.backoff_base, "cap_s": args.backoff_cap,
                               "jitter": "full"},
     }  # fmt: skip

@@ -57,6 +57,7 @@ class Fleet:
         sock_buf: int = 4096,
         tls: bool = False,
         keep_since: bool = True,
+        pipeline_sync: bool = True,
         timeout_s: float,
     ) -> None:
         if per_proc > MAX_PER_PROC:
@@ -64,6 +65,7 @@ class Fleet:
         self.connections = connections
         self.tls = tls
         self.keep_since = keep_since
+        self.pipeline_sync = pipeline_sync
         self.procs_n = max(1, math.ceil(connections / per_proc))
         self.ramp = ramp
         self.hb_s = hb_s
@@ -98,7 +100,7 @@ class Fleet:
                 backoff_base_s=self.backoff[0], backoff_cap_s=self.backoff[1],
                 max_pending=max(50, min(2000, int(self.ramp / self.procs_n))),
                 sock_buf=self.sock_buf, deadline_ns=deadline_ns, tls=self.tls,
-                keep_since=self.keep_since,
+                keep_since=self.keep_since, pipeline_sync=self.pipeline_sync,
             )  # fmt: skip
             uid0 += n
             parent_end, child_end = self.ctx.Pipe()

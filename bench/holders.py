@@ -72,6 +72,9 @@ class HolderSpec:
     deadline_ns: int  # monotonic
     tls: bool = False  # connect with TLS (certificate not verified: a bench on loopback)
     keep_since: bool = True  # SYNC from the last pass's next_since, as apps do (else 0)
+    # with sync: the SYNC goes in the LOGIN's write, as docs/protocol.md allows (one write
+    # and one read fewer on each side), instead of after LOGIN_OK
+    pipeline_sync: bool = True
 
 
 class Held(asyncio.Protocol):
@@ -89,7 +92,11 @@ class Held(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.state = LOGGING_IN
-        self.transport.write(self.gen.login_frame(self.i))  # type: ignore[union-attr]
+        gen = self.gen
+        login = gen.login_frame(self.i)
+        if gen.spec.sync and gen.spec.pipeline_sync:
+            login += gen.sync_frame_of(self)  # handled right after the login
+        self.transport.write(login)  # type: ignore[union-attr]
 
     def data_received(self, data: bytes) -> None:
         if data == _PONG and not self.buf:
@@ -227,8 +234,9 @@ class Holders:
             self.logins += 1
             if self.spec.sync:
                 conn.state = SYNCING
-                assert conn.transport is not None
-                conn.transport.write(self._sync_frame(conn))
+                if not self.spec.pipeline_sync:
+                    assert conn.transport is not None
+                    conn.transport.write(self.sync_frame_of(conn))
             else:
                 self._held(conn)
         elif op == Op.SYNC_RESULT and conn.state == SYNCING:
@@ -252,9 +260,9 @@ class Holders:
 
     def _resync(self, conn: Held) -> None:
         if conn.state == SYNCING and conn.transport is not None and not self.stopping:
-            conn.transport.write(self._sync_frame(conn))
+            conn.transport.write(self.sync_frame_of(conn))
 
-    def _sync_frame(self, conn: Held) -> bytes:
+    def sync_frame_of(self, conn: Held) -> bytes:
         return self.sync_frame if conn.since == 0 else encode(Sync(1, conn.since, 0, 1))
 
     def _held(self, conn: Held) -> None:

@@ -156,6 +156,8 @@ class Call:
         if not self.reply.done():
             self.reply.set_result(frame)
 
+    send_ahead = send
+
     def error(self, rid: int, code: ErrorCode, text: str = "") -> None:
         self.send(Error(rid, int(code), text))
 

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 _PING: Final = encode(Ping())
 _PONG: Final = encode(Pong())
 CLOSE_GRACE_S: Final = 5.0  # a closing socket that has not flushed by then is aborted
+CORK_MAX_S: Final = 0.2  # the longest send_ahead holds a frame for the next answer
 # Over its op budget, a connection is not read for this long (TCP slows the client), so
 # a flood costs the node at most one read buffer of frames per pause.
 OVER_BUDGET_PAUSE_S: Final = 0.5
@@ -68,6 +69,7 @@ class Hub(Services, Protocol):
     decoder: FrameDecoder  # the shared decoder of whole frames (see data_received)
     partial_bytes: int  # unfinished frames held by all connections
     backlog: dict[Connection, Backlog]
+    corked: dict[Connection, bytes]  # frames held by send_ahead for the next answer
     held: set[Connection]  # not read: send backpressure
     accepting: bool  # False while draining
     op_limiter: UidRateLimiter
@@ -282,6 +284,7 @@ class Connection(asyncio.Protocol):
         self.state = State.CLOSED
         self.timer_at = 0.0
         self.node.backlog.pop(self, None)
+        self.node.corked.pop(self, None)
         if self.decoder is not None:
             self.node.partial_bytes -= self.decoder.buffered
             self.decoder = None
@@ -391,8 +394,12 @@ class Connection(asyncio.Protocol):
         """Handle queued requests one at a time, in arrival order."""
         low_water = self.node.config.max_inflight_requests // 2
         try:
+            node = self.node
             while (inbox := self.inbox) and self.state < State.CLOSING:
-                await dispatch(self.node, self, inbox.popleft())
+                ahead = bool(node.corked) and self in node.corked  # held for this answer
+                await dispatch(node, self, inbox.popleft())
+                if ahead:
+                    self.uncork()  # the request answered nothing: it goes alone
                 # Not while draining: a connection paused for its drain step stays paused.
                 if (
                     self.paused
@@ -414,17 +421,41 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if transport is None or self.state >= State.CLOSING:
             return
-        backlog = self.node.backlog
+        node = self.node
+        if node.corked and (ahead := node.corked.pop(self, None)) is not None:
+            data = ahead + data  # a LOGIN_OK held for this answer (send_ahead)
+        backlog = node.backlog
         if backlog and (waiting := backlog.get(self)) is not None:
             waiting.frames.append(data)  # the transport is past its high-water mark
             waiting.size += len(data)
-            if waiting.size > self.node.config.max_write_buffer:
+            if waiting.size > node.config.max_write_buffer:
                 self.kick(KickReason.SLOW_CONSUMER, "write buffer full")
             return
         transport.write(data)
 
     def send(self, frame: ServerFrame) -> None:
         self.write(encode(frame))
+
+    def send_ahead(self, frame: ServerFrame) -> None:
+        """Send `frame` in one write with the answer to the request queued behind the one
+        being handled: a LOGIN_OK with the answer to the SYNC a client pipelined behind
+        its LOGIN, one write and one wakeup of the client fewer (a reconnect storm is
+        thousands a second). At once when nothing is queued; otherwise once the next
+        request is handled, whether it answered or not, or after CORK_MAX_S at the
+        latest, or before the frame that closes the connection."""
+        data = encode(frame)
+        if not self.inbox or self.state >= State.CLOSING:
+            self.write(data)
+            return
+        node = self.node
+        node.corked[self] = data
+        node.loop.call_later(CORK_MAX_S, self.uncork)
+
+    def uncork(self) -> None:
+        """Write what send_ahead holds, if anything."""
+        corked = self.node.corked
+        if corked and (data := corked.pop(self, None)) is not None:
+            self.write(data)
 
     def error(self, rid: int, code: ErrorCode, text: str = "") -> None:
         """Answer with ERROR; errors that close the connection close it."""
@@ -453,6 +484,8 @@ class Connection(asyncio.Protocol):
         was = self.state
         self.state = State.CLOSING
         self.node.backlog.pop(self, None)  # undelivered frames go; the last one is sent
+        if self.node.corked and (ahead := self.node.corked.pop(self, None)) is not None:
+            transport.write(ahead)  # a LOGIN_OK held back: it came first
         if last is not None:
             transport.write(last)
         transport.close()

@@ -155,6 +155,7 @@ class Node:
         )
         # frames waiting for connections whose transport is past its high-water mark
         self.backlog: dict[Connection, Backlog] = {}
+        self.corked: dict[Connection, bytes] = {}  # Connection.send_ahead
         self._soon: dict[Connection, list[bytes]] = {}  # frames to write at the iteration's end
         self._background: set[asyncio.Task[Any]] = set()
         self._last_prune = self.loop.time()

@@ -68,6 +68,10 @@ class Session(Protocol):
 
     def send(self, frame: ServerFrame) -> None: ...
 
+    def send_ahead(self, frame: ServerFrame) -> None:
+        """Send `frame` in one write with the answer to the request queued next, or at
+        once when none is queued (a LOGIN_OK with a pipelined SYNC's answer)."""
+
     def error(self, rid: int, code: ErrorCode, text: str = "") -> None:
         """Answer ERROR; the codes that close the connection close it."""
 

@@ -67,7 +67,9 @@ async def login(node: Services, conn: Session, f: Login) -> None:
     if not opened:
         return  # the connection closed while the route was being written
     node.metrics.logins.labels(result="ok").inc()
-    conn.send(
+    # A request pipelined behind the LOGIN (apps send SYNC in the same write) answers in
+    # the same write as LOGIN_OK.
+    conn.send_ahead(
         LoginOk(
             f.rid,
             node.node_id,

@@ -9,7 +9,25 @@ import time
 import msgpack
 
 from gateway.server import Server
-from protocol.frames import Error, Kick, Login, LoginOk, Logout, Ping, Pong, Pull
+import pytest
+
+import gateway.connection
+from protocol.codec import encode
+from protocol.frames import (
+    ConvOk,
+    Error,
+    Kick,
+    Login,
+    LoginOk,
+    Logout,
+    OpenP2P,
+    Ping,
+    Pong,
+    Pull,
+    Sync,
+    SyncResult,
+    Typing,
+)
 from protocol.ops import ErrorCode, KickReason
 from protocol.token import sign_token
 from tests.conftest import StartGateway
@@ -103,6 +121,67 @@ async def test_second_login_on_same_connection_is_bad_request_and_kept(gw: Serve
     assert await w.error(Login(0, 1, 5, "d1", token(5, "d1"))) == ErrorCode.BAD_REQUEST
     await w.send(Ping())
     assert isinstance(await w.wait_for(Pong), Pong)
+    await w.close()
+
+
+async def test_a_sync_pipelined_behind_login_is_answered_in_the_login_oks_write(
+    gw: Server,
+) -> None:
+    """Apps send SYNC in the LOGIN's write: LOGIN_OK then waits for the SYNC's answer,
+    and both arrive in one write (one wakeup of the client, not two)."""
+    w = await Wire.open(gw.port)
+    await w.write(encode(Login(1, 1, 61, "d1", token(61, "d1"))) + encode(Sync(2, 0, 0, 50)))
+    first = await asyncio.wait_for(w.reader.read(65536), 5)
+    frames = w.decoder.feed(first)
+    assert [type(f) for f in frames] == [LoginOk, SyncResult], frames
+    assert frames[1].rid == 2
+    await w.close()
+
+
+async def test_login_ok_held_for_a_request_that_answers_nothing_goes_when_it_is_handled(
+    gw: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TYPING has no answer: the held LOGIN_OK goes once it is handled, not at the
+    cork's time limit (set to a minute here)."""
+    monkeypatch.setattr(gateway.connection, "CORK_MAX_S", 60.0)
+    a = await Wire.login(gw.port, 62)
+    conv = await a.request(OpenP2P(0, 63))
+    assert isinstance(conv, ConvOk)
+    w = await Wire.open(gw.port)
+    await w.write(encode(Login(1, 1, 62, "d2", token(62, "d2"))) + encode(Typing(conv.conv_id)))
+    assert isinstance(await w.recv(timeout=5), LoginOk)
+    await w.send(Ping())
+    assert isinstance(await w.recv(timeout=5), Pong)
+    await a.close()
+    await w.close()
+
+
+async def test_login_ok_held_for_a_logout_goes_before_the_close(gw: Server) -> None:
+    w = await Wire.open(gw.port)
+    await w.write(encode(Login(1, 1, 64, "d1", token(64, "d1"))) + encode(Logout()))
+    frames = await w.closed(timeout=5)
+    assert [type(f) for f in frames] == [LoginOk], frames
+
+
+async def test_login_ok_held_for_a_slow_answer_goes_alone_at_the_time_limit(
+    gw: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request behind the LOGIN that takes longer than CORK_MAX_S does not hold the
+    LOGIN_OK beyond it."""
+    monkeypatch.setattr(gateway.connection, "CORK_MAX_S", 0.05)
+    real_sync = gw.node.store.sync
+
+    async def slow_sync(*args: object, **kw: object) -> object:
+        await asyncio.sleep(1.0)
+        return await real_sync(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gw.node.store, "sync", slow_sync)
+    w = await Wire.open(gw.port)
+    started = asyncio.get_running_loop().time()
+    await w.write(encode(Login(1, 1, 65, "d1", token(65, "d1"))) + encode(Sync(2, 0, 0, 50)))
+    assert isinstance(await w.recv(timeout=5), LoginOk)
+    assert asyncio.get_running_loop().time() - started < 0.9  # before the SYNC's answer
+    assert isinstance(await w.recv(timeout=5), SyncResult)
     await w.close()
 
 
