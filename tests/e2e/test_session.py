@@ -7,11 +7,10 @@ import struct
 import time
 
 import msgpack
-
-from gateway.server import Server
 import pytest
 
 import gateway.connection
+from gateway.server import Server
 from protocol.codec import encode
 from protocol.frames import (
     ConvOk,
