@@ -1,5 +1,9 @@
 """The gateway server: opens the backends, listens, and shuts down in a fixed order.
 
+The client port is bound first, before the backends are opened, and accepted from once
+they are (gateway/listen.py): a client that connects meanwhile waits instead of being
+refused.
+
 Drain (SIGTERM, SIGINT, `imgw drain`): stop accepting -> KICK draining (with the
 reconnect hint) to the sessions at `drain_rate` per second, the others keep working
 meanwhile -> stop reading what is left -> finish the requests in flight and commit the
@@ -32,6 +36,7 @@ from gateway.connection import Connection
 from gateway.gctune import quiet_gc
 from gateway.hostport import split_host_port
 from gateway.limits import connection_cap, raise_nofile
+from gateway.listen import BACKLOG, bind_listener
 from gateway.logs import configure
 from gateway.media import Media
 from gateway.mediahttp import MediaHttpServer
@@ -42,7 +47,6 @@ from storage.factory import BackendError, Backends, open_backends
 from storage.redis.lease import WorkerIdLease
 from storage.snowflake import Snowflake
 
-BACKLOG: Final = 4096
 FLUSH_WAIT_S: Final = 2.0
 LEASE_ATTEMPTS: Final = 3  # a starting node's tries for its snowflake worker id
 
@@ -52,9 +56,21 @@ def default_node_id() -> str:
 
 
 class Server:
-    def __init__(self, config: Config, *, reuse_port: bool = False) -> None:
+    """`listener`: the client port's socket, bound already (a supervisor's first start of
+    its workers). Without one a single node binds it first thing in `start`, before
+    its backends are opened, and a worker (`reuse_port`) binds it once it is ready
+    (gateway/listen.py says why)."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        reuse_port: bool = False,
+        listener: socket.socket | None = None,
+    ) -> None:
         self.config = config
         self.reuse_port = reuse_port
+        self._listener = listener
         self.node: Node | None = None
         self.backends: Backends | None = None
         self._server: asyncio.Server | None = None
@@ -73,6 +89,17 @@ class Server:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
+        cfg = self.config
+        if self._listener is None and not self.reuse_port:
+            self._listener = bind_listener(cfg.host, cfg.port, reuse_port=False, backlog=BACKLOG)
+        try:
+            await self._start()
+        except BaseException:
+            if self._listener is not None:
+                self._listener.close()  # what waits in its backlog is reset
+            raise
+
+    async def _start(self) -> None:
         cfg = self.config
         nofile = raise_nofile()
         node_id = cfg.node_id or default_node_id()
@@ -95,16 +122,27 @@ class Server:
         node.max_connections = connection_cap(cfg.max_connections, nofile)
         self._report_connection_cap(nofile)
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            node.protocol_factory,
-            cfg.host,
-            cfg.port,
-            backlog=BACKLOG,
-            reuse_address=True,
-            reuse_port=self.reuse_port or None,
-            ssl=cfg.tls_context(),
-            ssl_handshake_timeout=cfg.login_timeout if cfg.tls_cert else None,
-        )
+        tls = cfg.tls_context()
+        handshake_s = cfg.login_timeout if cfg.tls_cert else None
+        if self._listener is not None:  # bound before the backends: take what waits
+            self._server = await loop.create_server(
+                node.protocol_factory,
+                sock=self._listener,
+                backlog=BACKLOG,
+                ssl=tls,
+                ssl_handshake_timeout=handshake_s,
+            )
+        else:
+            self._server = await loop.create_server(
+                node.protocol_factory,
+                cfg.host,
+                cfg.port,
+                backlog=BACKLOG,
+                reuse_address=True,
+                reuse_port=self.reuse_port or None,
+                ssl=tls,
+                ssl_handshake_timeout=handshake_s,
+            )
         if cfg.admin_port:
             self._admin = AdminServer(
                 node,
@@ -346,12 +384,12 @@ class Server:
             self._stopped.set()
 
 
-def run(config: Config, *, reuse_port: bool = False) -> int:
+def run(config: Config, *, reuse_port: bool = False, listener: socket.socket | None = None) -> int:
     """Run a gateway until SIGTERM/SIGINT or `imgw drain`; the exit status."""
     configure(config.log_format, config.log_level)
 
     async def main() -> int:
-        server = Server(config, reuse_port=reuse_port)
+        server = Server(config, reuse_port=reuse_port, listener=listener)
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):  # a signal while starting counts too

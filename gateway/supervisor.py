@@ -2,7 +2,10 @@
 
 Each worker is a whole gateway node (its own node id, push queue, send batcher and
 leased snowflake worker id) listening on the same port with SO_REUSEPORT, so the kernel
-spreads new connections over them. The supervisor holds no sockets and no backends; it
+spreads new connections over them. On its own start the supervisor binds each worker's
+socket before anything else and hands it over at the fork, so that connections made
+while the workers open their backends wait in the backlogs instead of being refused
+(gateway/listen.py); it keeps no copy. Otherwise it holds no sockets and no backends; it
 forks the workers, restarts one that exits while the supervisor is not stopping (after a
 crash with exponential backoff; after a clean exit, such as an `imgw drain` of that one
 worker, at once: a rolling restart), and on SIGTERM or SIGINT forwards SIGTERM to every
@@ -20,6 +23,7 @@ import contextlib
 import dataclasses
 import os
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from typing import Final
@@ -27,6 +31,7 @@ from typing import Final
 import structlog
 
 from gateway.config import Config
+from gateway.listen import BACKLOG, bind_listener
 from gateway.logs import configure
 
 _STOP_SIGNALS: Final = {signal.SIGTERM, signal.SIGINT}
@@ -72,11 +77,28 @@ class Supervisor:
         self.stopping = False
         self.failed = False
         self.log = structlog.get_logger("imgw.supervisor").bind(pid=os.getpid())
+        # Each worker's socket for its first start, bound before anything else (`run`).
+        self.listeners: dict[int, socket.socket] = {}
+
+    def bind_listeners(self) -> None:
+        cfg = self.config
+        for slot in self.slots:
+            sock = bind_listener(cfg.host, cfg.port, reuse_port=True, backlog=BACKLOG)
+            if sock is None:
+                return  # several addresses: each worker binds them when it is ready
+            self.listeners[slot.index] = sock
 
     def run(self) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_stop_signal)
         self.log.info("supervisor starting workers", workers=len(self.slots))
+        try:
+            self.bind_listeners()
+        except OSError as e:
+            self.log.error("cannot listen", host=self.config.host, port=self.config.port,
+                           error=str(e))  # fmt: skip
+            self._close_listeners()
+            return 1
         _import_worker(self.config)
         for slot in self.slots:
             self._spawn(slot)
@@ -112,8 +134,14 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(slot.pid, sig)
 
+    def _close_listeners(self) -> None:
+        for sock in self.listeners.values():
+            sock.close()
+        self.listeners.clear()
+
     def _spawn(self, slot: _Slot) -> None:
         cfg = worker_config(self.config, slot.index)
+        listener = self.listeners.pop(slot.index, None)  # its first start only
         # A SIGTERM must neither be lost between fork() and recording the pid (the new
         # worker would miss the drain) nor run the supervisor's handler in the child.
         parent = os.getpid()
@@ -126,11 +154,16 @@ class Supervisor:
                     signal.signal(sig, signal.SIG_DFL)
                 _die_with_parent(parent)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+                # the other workers' sockets are theirs alone: a copy here would keep
+                # one open (its backlog filling) after its worker died
+                self._close_listeners()
                 from gateway.server import run
 
-                code = run(cfg, reuse_port=True)
+                code = run(cfg, reuse_port=True, listener=listener)
             finally:
                 os._exit(code)
+        if listener is not None:
+            listener.close()  # the worker's now
         slot.pid, slot.started = pid, time.monotonic()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)  # a pending one runs now
         self.log.info("worker started", worker=slot.index, worker_pid=pid)

@@ -28,6 +28,26 @@ def alive(pid: int) -> bool:
         return False
 
 
+def listening(pid: int, port: int) -> int:
+    """How many sockets listening on `port` process `pid` holds."""
+    inodes = set()
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                inodes.add(f[9])
+    fds = Path(f"/proc/{pid}/fd")
+    held = 0
+    for fd in fds.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            held += 1
+    return held
+
+
 async def wait_for(what: str, check, timeout: float = 20.0):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -63,6 +83,9 @@ async def test_supervisor_restarts_a_killed_worker_and_drains_on_sigterm(
     )  # type: ignore[union-attr]
     leases = await wait_for_async_leases(cluster.cache, 2)
     assert len(set(leases)) == 2 and len(set(leases.values())) == 2  # distinct ids, owners
+    # The supervisor bound each worker's socket before starting it, and kept no copy.
+    assert listening(sup.proc.pid, sup.port) == 0
+    assert [listening(pid, sup.port) for pid in workers] == [1, 1]
 
     sessions = [await Wire.login(sup.port, uid, "d") for uid in range(1, 7)]
     victim = min(workers)

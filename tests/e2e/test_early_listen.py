@@ -1,0 +1,94 @@
+"""The client port is bound before the backends are opened (gateway/listen.py): a client
+that connects while a node starts waits in the backlog and is served once the node is
+ready, instead of being refused and backing off."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from gateway.node import Node
+from gateway.server import Server
+from gateway.supervisor import Supervisor
+from protocol.frames import Login, LoginOk
+from tests.conftest import test_config as make_config
+from tests.support.wire import Wire, token
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_a_client_connecting_while_the_node_opens_its_backends_is_served_once_ready(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ready = asyncio.Event()
+    node_start = Node.start
+
+    async def slow_start(self: Node) -> None:
+        await ready.wait()  # the backends take their time
+        await node_start(self)
+
+    monkeypatch.setattr(Node, "start", slow_start)
+    port = free_port()
+    server = Server(make_config(tmp_path, port=port))
+    starting = asyncio.create_task(server.start())
+    try:
+        for _ in range(100):  # until start() has bound the port
+            await asyncio.sleep(0.02)
+            try:
+                w = await Wire.open(port)
+                break
+            except ConnectionRefusedError:
+                continue
+        else:
+            raise AssertionError("the port was refused throughout the start")
+        await w.send(Login(1, 1, 7, "d1", token(7, "d1")))
+        assert await w.quiet(0.3) == []  # not served yet: the node is not ready
+        assert not starting.done()
+        ready.set()
+        await asyncio.wait_for(starting, 10)
+        assert isinstance(await w.recv(timeout=5), LoginOk)
+    finally:
+        ready.set()
+        if not starting.done():
+            await starting
+        await server.shutdown()
+
+
+async def test_a_node_that_cannot_start_frees_the_port_it_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def failing_start(self: Node) -> None:
+        raise OSError("no backend")
+
+    monkeypatch.setattr(Node, "start", failing_start)
+    port = free_port()
+    server = Server(make_config(tmp_path, port=port))
+    with pytest.raises(OSError, match="no backend"):
+        await server.start()
+    with pytest.raises(ConnectionRefusedError):
+        await Wire.open(port)
+    if server.backends is not None:
+        await server.backends.store.close()
+
+
+def test_the_supervisor_binds_every_workers_socket_on_one_port_before_starting_them(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    sup = Supervisor(make_config(tmp_path, port=port, workers=3))
+    sup.bind_listeners()
+    try:
+        assert sorted(sup.listeners) == [0, 1, 2]
+        assert {s.getsockname()[1] for s in sup.listeners.values()} == {port}
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # completed by the kernel into a backlog: no worker runs yet
+    finally:
+        for s in sup.listeners.values():
+            s.close()
