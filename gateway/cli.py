@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 from gateway import dbprune
 from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
 from gateway.hostport import split_host_port
+from gateway.listen import BACKLOG, bind_listener
 from protocol.token import DEVICE_RE, KID_RE, sign_token
 
 if TYPE_CHECKING:
@@ -189,8 +190,6 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from gateway.server import run
-
     try:
         cfg = config_from_args(args)
         if not cfg.token_keys:
@@ -213,7 +212,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from gateway.supervisor import supervise
 
         return supervise(cfg)
-    return run(cfg)
+    # The port first, before the server's modules are imported and its backends opened:
+    # a client connecting meanwhile waits instead of being refused (gateway/listen.py).
+    try:
+        listener = bind_listener(cfg.host, cfg.port, reuse_port=False, backlog=BACKLOG)
+    except OSError as e:
+        print(f"imgw serve: cannot listen on {cfg.host}:{cfg.port}: {e}", file=sys.stderr)
+        return 1
+    from gateway.server import run
+
+    return run(cfg, listener=listener)
 
 
 def _usage_error(command: str, problem: str | None) -> int:

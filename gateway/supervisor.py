@@ -92,13 +92,6 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_stop_signal)
         self.log.info("supervisor starting workers", workers=len(self.slots))
-        try:
-            self.bind_listeners()
-        except OSError as e:
-            self.log.error("cannot listen", host=self.config.host, port=self.config.port,
-                           error=str(e))  # fmt: skip
-            self._close_listeners()
-            return 1
         _import_worker(self.config)
         for slot in self.slots:
             self._spawn(slot)
@@ -134,7 +127,7 @@ class Supervisor:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(slot.pid, sig)
 
-    def _close_listeners(self) -> None:
+    def close_listeners(self) -> None:
         for sock in self.listeners.values():
             sock.close()
         self.listeners.clear()
@@ -156,7 +149,7 @@ class Supervisor:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
                 # the other workers' sockets are theirs alone: a copy here would keep
                 # one open (its backlog filling) after its worker died
-                self._close_listeners()
+                self.close_listeners()
                 from gateway.server import run
 
                 code = run(cfg, reuse_port=True, listener=listener)
@@ -223,8 +216,15 @@ class Supervisor:
 
 def supervise(config: Config) -> int:
     configure(config.log_format, config.log_level)
+    supervisor = Supervisor(config)
+    try:
+        supervisor.bind_listeners()  # first: the imports below take a second or two
+    except OSError as e:
+        supervisor.log.error("cannot listen", host=config.host, port=config.port, error=str(e))
+        supervisor.close_listeners()
+        return 1
     _preload()
-    return Supervisor(config).run()
+    return supervisor.run()
 
 
 def _preload() -> None:

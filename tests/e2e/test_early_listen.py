@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,28 @@ def test_the_supervisor_binds_every_workers_socket_on_one_port_before_starting_t
     finally:
         for s in sup.listeners.values():
             s.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_on_a_port_in_use_says_so_and_exits_1(tmp_path: Path, workers: int) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        # (workers share a route store and a bus; nothing reaches them: the port fails first)
+        shared = [
+            "--store",
+            "mysql://root:@127.0.0.1:1/none",
+            "--cache",
+            "redis://127.0.0.1:1/0",
+            "--bus",
+            "amqp://guest:guest@127.0.0.1:1/",
+        ]
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway.cli", "serve", "--port", str(port),
+             "--workers", str(workers), "--data-dir", str(tmp_path / "data"),
+             *(shared if workers > 1 else [])],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1, done
+    assert "cannot listen" in done.stderr + done.stdout, done
