@@ -41,8 +41,8 @@ DEVICE: Final = "b"
 TICK_S: Final = 0.05
 REPORT_EVERY_S: Final = 1.0
 CONNECT_TRIES: Final = 5
-FIRST_PORT: Final = 1024  # source ports this process picks from: 1024..65535
-PORTS: Final = 65536 - FIRST_PORT
+FIRST_PORT: Final = 1024  # source ports this process picks from: 1024..65535, less the
+# kernel's ephemeral range (source_ports)
 PORT_TRIES: Final = 64
 _PONG: Final = encode(Pong())
 # Connection states.
@@ -75,6 +75,20 @@ class HolderSpec:
     # with sync: the SYNC goes in the LOGIN's write, as docs/protocol.md allows (one write
     # and one read fewer on each side), instead of after LOGIN_OK
     pipeline_sync: bool = True
+
+
+def source_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> list[int]:
+    """The source ports a generator binds: 1024..65535 outside the kernel's ephemeral
+    range. A port bound explicitly, on any address, is one the kernel no longer picks for
+    a connect() without bind(): generators holding 100,000 ports inside that range left
+    the gateway's own new Redis and MySQL connections without a port (EADDRNOTAVAIL,
+    answered `unavailable` to tens of thousands of logins in one storm)."""
+    try:
+        with open(path) as f:
+            low, high = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return [p for p in range(FIRST_PORT, 65536) if not low <= p <= high]
 
 
 class Held(asyncio.Protocol):
@@ -142,7 +156,8 @@ class Holders:
         self.stopping = False
         self.retry: list[int] = []  # failed first connects, tried again by the ramp
         self.gave_up = 0  # connections that failed CONNECT_TRIES times (not reconnecting)
-        self.next_port = FIRST_PORT + random.randrange(PORTS)
+        self.ports = source_ports()
+        self.next_port = random.randrange(len(self.ports))  # an index into ports
         # With reconnect, each client's LOGIN (its token) is kept for the next one, as
         # apps keep theirs: signing a token took a sixth of a generator's CPU in a storm.
         self.logins_kept: dict[int, bytes] | None = {} if spec.reconnect else None
@@ -193,8 +208,8 @@ class Holders:
         TIME_WAIT is only skipped."""
         spec = self.spec
         for _ in range(PORT_TRIES):
-            port = self.next_port
-            self.next_port = FIRST_PORT + (port - FIRST_PORT + 1) % PORTS
+            port = self.ports[self.next_port]
+            self.next_port = (self.next_port + 1) % len(self.ports)
             try:
                 transport, _ = await self.loop.create_connection(
                     lambda: conn, spec.host, spec.port, local_addr=(spec.src_ip, port),
