@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 _PING: Final = encode(Ping())
 _PONG: Final = encode(Pong())
 CLOSE_GRACE_S: Final = 5.0  # a closing socket that has not flushed by then is aborted
+LOGIN_WORK_FACTOR: Final = 3  # a received LOGIN's time to complete, in login_timeouts
 CORK_MAX_S: Final = 0.2  # the longest send_ahead holds a frame for the next answer
 # Over its op budget, a connection is not read for this long (TCP slows the client), so
 # a flood costs the node at most one read buffer of frames per pause.
@@ -311,6 +312,13 @@ class Connection(asyncio.Protocol):
         if self.state == State.AWAIT_LOGIN:
             if isinstance(frame, Login):
                 self.state = State.LOGGING_IN
+                # The client was in time; what is left is the node's own work. A node
+                # slow to get through a reconnect storm must not blame its client with
+                # `not_logged_in` (hundreds of clients a storm, each then backing off
+                # for up to 10 s): it gets LOGIN_WORK_FACTOR times login_timeout, and
+                # past that the answer is `unavailable`.
+                cfg = self.node.config
+                self.phase_deadline = self.last_rx + LOGIN_WORK_FACTOR * cfg.login_timeout
             elif isinstance(frame, Invalid):
                 if frame.op == Op.LOGIN:  # a LOGIN with bad fields
                     self.fail(ErrorCode.BAD_REQUEST, frame.text, frame.rid)
@@ -507,7 +515,10 @@ class Connection(asyncio.Protocol):
             return self.phase_deadline
         if state < State.ACTIVE:
             if now >= self.phase_deadline:
-                self.fail(ErrorCode.NOT_LOGGED_IN, "login timeout")
+                if state == State.LOGGING_IN:  # the node's fault, not the client's
+                    self.fail(ErrorCode.UNAVAILABLE, "login not completed in time; retry")
+                else:
+                    self.fail(ErrorCode.NOT_LOGGED_IN, "login timeout")
                 return None
             return self.phase_deadline
         cfg = self.node.config

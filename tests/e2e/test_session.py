@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+from typing import Any
 
 import msgpack
 import pytest
@@ -191,6 +192,46 @@ async def test_login_deadline(start_gateway: StartGateway) -> None:
     frames = await w.closed(timeout=3)
     assert frames == [Error(0, ErrorCode.NOT_LOGGED_IN, "login timeout")]
     assert 0.4 < time.monotonic() - started < 2.0
+
+
+async def test_a_login_received_in_time_is_not_failed_for_the_nodes_own_slowness(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """login_timeout is the client's time to send LOGIN: a node that takes longer than
+    that to install the route (a reconnect storm) still logs the client in."""
+    gw = await start_gateway(login_timeout=0.5)
+    assert gw.node is not None
+    routes = gw.node.routes
+    register = routes.register
+
+    async def slow_register(*args: Any, **kw: Any) -> Any:
+        await asyncio.sleep(0.8)
+        return await register(*args, **kw)
+
+    monkeypatch.setattr(routes, "register", slow_register)
+    w = await Wire.open(gw.port)
+    assert isinstance(await w.request(Login(0, 1, 66, "d1", token(66, "d1"))), LoginOk)
+    await w.close()
+
+
+async def test_a_login_the_node_cannot_complete_in_time_is_answered_unavailable(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past three login_timeouts the node gives up on a received LOGIN with
+    `unavailable` (retry later), not `not_logged_in`."""
+    gw = await start_gateway(login_timeout=0.3)
+    assert gw.node is not None
+
+    async def stuck_register(*args: Any, **kw: Any) -> Any:
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(gw.node.routes, "register", stuck_register)
+    w = await Wire.open(gw.port)
+    started = time.monotonic()
+    await w.send(Login(1, 1, 67, "d1", token(67, "d1")))
+    frames = await w.closed(timeout=5)
+    assert [(type(f), getattr(f, "code", None)) for f in frames] == [(Error, ErrorCode.UNAVAILABLE)]
+    assert 0.8 < time.monotonic() - started < 3.0
 
 
 async def test_idle_connection_is_closed_without_a_frame(start_gateway: StartGateway) -> None:
