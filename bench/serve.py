@@ -19,6 +19,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from protocol.codec import encode
+from protocol.frames import Ping
+
 
 class ServeError(RuntimeError):
     """The gateway exited, or did not listen in time; the message holds its log's tail."""
@@ -33,6 +36,25 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+_PROBE = encode(Ping())  # before LOGIN: answered ERROR not_logged_in, then closed
+
+
+def serving(host: str, port: int, timeout: float = 0.5) -> bool:
+    """Whether a gateway serves on `host`:`port`: it answers (or closes) a connection
+    that sends PING before LOGIN. An open port proves nothing: a node binds it before it
+    opens its backends (gateway/listen.py), and connections wait in the backlog meanwhile.
+    A TLS port answers the plaintext with an alert or a close, which counts too."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(_PROBE)
+            s.recv(1)  # ERROR not_logged_in, or EOF
+            return True
+    except ConnectionResetError:
+        return True  # closed on us: someone is serving
+    except OSError:  # refused, or nothing came back in time (TimeoutError is one)
+        return False
 
 
 class ServeProcess:
@@ -58,7 +80,8 @@ class ServeProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float, ready: Callable[[], bool] | None = None) -> None:
-        """Start it and wait until its port accepts and `ready()` (if given) is true."""
+        """Start it and wait until it serves (`serving`) and `ready()` (if given) is
+        true."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
@@ -72,12 +95,8 @@ class ServeProcess:
                 raise ServeError(
                     f"gateway exited with status {self.proc.returncode}:\n{self.log_tail()}"
                 )
-            try:
-                socket.create_connection((self.host, self.port), timeout=0.5).close()
-                if ready is None or ready():
-                    return
-            except OSError:
-                pass
+            if serving(self.host, self.port) and (ready is None or ready()):
+                return
             if time.monotonic() > deadline:
                 raise ServeError(
                     f"gateway did not listen on {self.host}:{self.port} in {timeout:g} s:\n"
