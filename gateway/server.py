@@ -25,7 +25,7 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import structlog
 import uvloop
@@ -122,27 +122,20 @@ class Server:
         node.max_connections = connection_cap(cfg.max_connections, nofile)
         self._report_connection_cap(nofile)
         loop = asyncio.get_running_loop()
-        tls = cfg.tls_context()
-        handshake_s = cfg.login_timeout if cfg.tls_cert else None
-        if self._listener is not None:  # bound before the backends: take what waits
-            self._server = await loop.create_server(
-                node.protocol_factory,
-                sock=self._listener,
-                backlog=BACKLOG,
-                ssl=tls,
-                ssl_handshake_timeout=handshake_s,
-            )
-        else:
-            self._server = await loop.create_server(
-                node.protocol_factory,
-                cfg.host,
-                cfg.port,
-                backlog=BACKLOG,
-                reuse_address=True,
-                reuse_port=self.reuse_port or None,
-                ssl=tls,
-                ssl_handshake_timeout=handshake_s,
-            )
+        # The socket bound before the backends (take what waits in it), else bind now.
+        where: dict[str, Any] = (
+            {"sock": self._listener}
+            if self._listener is not None
+            else {"host": cfg.host, "port": cfg.port, "reuse_address": True,
+                  "reuse_port": self.reuse_port or None}
+        )  # fmt: skip
+        self._server = await loop.create_server(
+            node.protocol_factory,
+            backlog=BACKLOG,
+            ssl=cfg.tls_context(),
+            ssl_handshake_timeout=cfg.login_timeout if cfg.tls_cert else None,
+            **where,
+        )
         if cfg.admin_port:
             self._admin = AdminServer(
                 node,
