@@ -76,6 +76,11 @@ class Metrics:
             "imgw_media_swept", "Orphaned uploads deleted by the sweep", registry=r
         )
         self.route_renewals = Counter("imgw_route_renewals", "Routes renewed", registry=r)
+        self.kicks_to_dead_nodes = Counter(
+            "imgw_kicks_to_dead_nodes",
+            "Duplicate-login kicks not published: the old route's node lost its lease",
+            registry=r,
+        )
         self.send_holds = Counter(
             "imgw_send_holds",
             "Connections no longer read while the queued SENDs were over send_backpressure",

@@ -401,7 +401,12 @@ class Node:
         client of it that logs in here names it, thousands a second in a reconnect storm:
         the kicks waiting go out as one publish per node, paced like the stores'
         coalescers (storage/pacing.py; one publish per loop iteration carried about one
-        kick)."""
+        kick). A node known dead (its outbox lease lapsed: OutboxKeeper.is_dead) is not
+        kicked: its connections are gone. Kicks are best effort anyway (a bus outage
+        loses them), and the old route no longer receives pushes once replaced."""
+        if self.outbox is not None and self.outbox.is_dead(node):
+            self.metrics.kicks_to_dead_nodes.inc()
+            return
         self._kicks.setdefault(node, []).append(conn_id)
         self._kick_pacer.request()
 
@@ -411,7 +416,11 @@ class Node:
         to nodes whose old connections were gone anyway, and took recovery from 37 s to
         65 s: bench/results, session 8.)"""
         node = next(iter(self._kicks))
-        await self.bus.publish(node, envelope.kick(self._kicks.pop(node)))
+        conn_ids = self._kicks.pop(node)
+        if self.outbox is not None and self.outbox.is_dead(node):  # died while they waited
+            self.metrics.kicks_to_dead_nodes.inc(len(conn_ids))
+            return
+        await self.bus.publish(node, envelope.kick(conn_ids))
 
     async def end_session(self, conn: Connection) -> None:
         """LOGOUT: the route goes at once (closing it later removes nothing twice)."""

@@ -15,7 +15,13 @@ owes in the commit. This keeper:
   current member (clients dedup by seq), then their rows deleted and their lease
   dropped. So a kill -9 between a commit and its fan-out delays the PUSH by at most the
   lease plus a second, instead of leaving it to the receiver's next reconnect;
-- at start, first delivers what a predecessor with the same node id left.
+- at start, first delivers what a predecessor with the same node id left;
+- every second, reads every node's lease: a node whose lease lapsed or was claimed is
+  dead (`is_dead`), and stays so, after a survivor deleted its row, for
+  `DEAD_REMEMBERED_S` or until it holds a lease again (a restart with the same node id).
+  The node skips the duplicate-login kicks it would publish to a dead node: after a
+  node dies, every one of its clients that logs in elsewhere names it, thousands a
+  second in a reconnect storm, and its old connections are gone anyway.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from storage.ports import Outbox
 
 SWEEP_PAGE: Final = 200  # rows of a dead node read at a time
 MAX_RETRIED: Final = 10_000  # rows kept until the failure's SYNC_HINTs are out
+DEAD_REMEMBERED_S: Final = 600.0  # a dead node whose lease row is gone is still dead
 
 
 class OutboxKeeper:
@@ -55,6 +62,7 @@ class OutboxKeeper:
         self._fresh: set[int] = set()  # committed in this loop iteration
         self._done: set[int] = set()  # delivered, to delete
         self._held: set[int] = set()  # delivery lost frames: kept until hinted
+        self._dead: dict[str, float] = {}  # node -> when its lease was last seen dead
         self._loop = Periodic(every_s, self.tick, log=log, failed="outbox upkeep failed")
         self._background: set[asyncio.Task[None]] = set()
         self.redelivered = 0  # rows of dead nodes delivered again (metrics)
@@ -116,10 +124,27 @@ class OutboxKeeper:
         if self._held and not self._owes_hints():
             self._done |= self._held  # cleared at the next tick
             self._held = set()
+        await self._learn_leases()  # before the claims below: those may take a while
         for node in await self._outbox.claim_lapsed(self._node_id, self._ttl_ms):
             self._log.warning("taking over the fan-out of a lapsed node", dead=node)
             await self._sweep(node)
             await self._outbox.release(node, self._node_id)
+
+    def is_dead(self, node: str) -> bool:
+        """`node`'s lease lapsed (or a survivor claimed it) and it has not held one since."""
+        return node in self._dead
+
+    async def _learn_leases(self) -> None:
+        states = await self._outbox.leases()
+        now = asyncio.get_running_loop().time()
+        for node, live in states.items():
+            if live or node == self._node_id:
+                self._dead.pop(node, None)
+            else:
+                self._dead[node] = now
+        for node, seen in list(self._dead.items()):
+            if node not in states and now - seen > DEAD_REMEMBERED_S:
+                del self._dead[node]
 
     async def _sweep(self, node: str) -> None:
         while rows := await self._outbox.owed(node, SWEEP_PAGE):

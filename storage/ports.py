@@ -192,6 +192,11 @@ class Outbox(Protocol):
         survivor cannot take them meanwhile)."""
         ...
 
+    async def leases(self) -> dict[str, bool]:
+        """Every node with a lease row: True while its owner holds it, False once it
+        lapsed or a survivor claimed it (one small read: a row per node)."""
+        ...
+
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:
         """The oldest `limit` rows `node` still owes."""
         ...

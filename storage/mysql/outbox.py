@@ -109,6 +109,16 @@ class MySQLOutbox:
 
         return await self._db.run(q, tx=False)
 
+    async def leases(self) -> dict[str, bool]:
+        now = self._clock()
+
+        async def q(cur: Cursor) -> list[Row]:
+            await cur.execute("SELECT node, expires_ms, claimed_by FROM im_node_lease")
+            return list(await cur.fetchall())
+
+        rows = await self._db.run(q, tx=False)
+        return {str(n): int(exp) >= now and not by for n, exp, by in rows}
+
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:
         async def q(cur: Cursor) -> list[Row]:
             await cur.execute(
@@ -177,6 +187,9 @@ class ShardedOutbox:
 
     async def claim_lapsed(self, me: str, ttl_ms: int) -> list[str]:
         return await self._meta.claim_lapsed(me, ttl_ms)
+
+    async def leases(self) -> dict[str, bool]:
+        return await self._meta.leases()
 
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:
         if self._single():

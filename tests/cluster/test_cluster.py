@@ -12,6 +12,7 @@ from gateway.client import Client
 from protocol.frames import Kick, Push, ReadNotify, TypingNotify
 from protocol.ops import KickReason
 from tests.cluster.conftest import Cluster
+from tests.support.api import TOKEN, Api
 from tests.support.history import History, quiesce, read_back
 from tests.support.proc import free_port
 from tests.support.wire import Wire
@@ -246,6 +247,28 @@ async def test_fanout_owed_by_a_killed_node_is_delivered_by_a_survivor(
     assert took < 10.0, f"delivered {took:.1f} s after the kill (lease 5 s + sweep)"
     assert receiver.stats.reconnects == 0 and history.hints[2] == 0  # pushed, not pulled
     listening.cancel()
+
+
+async def test_no_kick_is_published_to_a_node_whose_lease_lapsed(cluster: Cluster) -> None:
+    """After a kill -9 every client of the dead node logs in elsewhere, naming it: once
+    its outbox lease lapsed (5 s) the survivors publish no duplicate-login kick to it (in
+    a 100,000-client storm that was a publish per batch of logins, for connections that
+    died with the node). Kicks to live nodes: test_second_login_on_another_node_kicks_the_first."""
+    admin = free_port()
+    await cluster.start_node()
+    await cluster.start_node("--admin-port", str(admin), "--admin-token", TOKEN)
+    api = Api(admin)
+    wires = [await Wire.login(cluster.nodes[0].port, uid, "phone") for uid in (41, 42)]
+    first = await Wire.login(cluster.nodes[1].port, 41, "phone")  # node 0 alive: kicked
+    assert await wires[0].closed() == [Kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere", "")]
+    assert "imgw_kicks_to_dead_nodes_total 0.0" in await api.metrics()
+    cluster.nodes[0].kill()
+    await asyncio.sleep(7.0)  # the lease (5 s) lapses; node 1 reads the leases each second
+    second = await Wire.login(cluster.nodes[1].port, 42, "phone")
+    metrics = await api.metrics()
+    assert "imgw_kicks_to_dead_nodes_total 1.0" in metrics
+    await first.close()
+    await second.close()
 
 
 async def test_revoke_on_one_node_kicks_sessions_on_another(cluster: Cluster) -> None:
