@@ -78,7 +78,7 @@ class Metrics:
         self.route_renewals = Counter("imgw_route_renewals", "Routes renewed", registry=r)
         self.kicks_to_dead_nodes = Counter(
             "imgw_kicks_to_dead_nodes",
-            "Duplicate-login kicks not published: the old route's node lost its lease",
+            "Duplicate-login kicks not published: the old connection's process is gone",
             registry=r,
         )
         self.send_holds = Counter(

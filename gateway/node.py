@@ -196,6 +196,7 @@ class Node:
                 settled=self.fan.settled,
                 owes_hints=self.owes_hints,
                 log=self.log,
+                conn_floor=self._next_conn_id,  # before any connection: ids go up from it (admit)
             )
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -401,10 +402,11 @@ class Node:
         client of it that logs in here names it, thousands a second in a reconnect storm:
         the kicks waiting go out as one publish per node, paced like the stores'
         coalescers (storage/pacing.py; one publish per loop iteration carried about one
-        kick). A node known dead (its outbox lease lapsed: OutboxKeeper.is_dead) is not
-        kicked: its connections are gone. Kicks are best effort anyway (a bus outage
-        loses them), and the old route no longer receives pushes once replaced."""
-        if self.outbox is not None and self.outbox.is_dead(node):
+        kick). A connection known gone with its process (its node's outbox lease lapsed,
+        or the node restarted since: OutboxKeeper.gone) is not kicked. Kicks are best
+        effort anyway (a bus outage loses them), and the old route no longer receives
+        pushes once replaced."""
+        if self.outbox is not None and self.outbox.gone(node, conn_id):
             self.metrics.kicks_to_dead_nodes.inc()
             return
         self._kicks.setdefault(node, []).append(conn_id)
@@ -417,10 +419,13 @@ class Node:
         65 s: bench/results, session 8.)"""
         node = next(iter(self._kicks))
         conn_ids = self._kicks.pop(node)
-        if self.outbox is not None and self.outbox.is_dead(node):  # died while they waited
-            self.metrics.kicks_to_dead_nodes.inc(len(conn_ids))
-            return
-        await self.bus.publish(node, envelope.kick(conn_ids))
+        if (keeper := self.outbox) is not None:  # gone while they waited?
+            live = [c for c in conn_ids if not keeper.gone(node, c)]
+            if len(live) < len(conn_ids):
+                self.metrics.kicks_to_dead_nodes.inc(len(conn_ids) - len(live))
+            conn_ids = live
+        if conn_ids:
+            await self.bus.publish(node, envelope.kick(conn_ids))
 
     async def end_session(self, conn: Connection) -> None:
         """LOGOUT: the route goes at once (closing it later removes nothing twice)."""

@@ -16,12 +16,13 @@ owes in the commit. This keeper:
   dropped. So a kill -9 between a commit and its fan-out delays the PUSH by at most the
   lease plus a second, instead of leaving it to the receiver's next reconnect;
 - at start, first delivers what a predecessor with the same node id left;
-- every second, reads every node's lease: a node whose lease lapsed or was claimed is
-  dead (`is_dead`), and stays so, after a survivor deleted its row, for
-  `DEAD_REMEMBERED_S` or until it holds a lease again (a restart with the same node id).
-  The node skips the duplicate-login kicks it would publish to a dead node: after a
-  node dies, every one of its clients that logs in elsewhere names it, thousands a
-  second in a reconnect storm, and its old connections are gone anyway.
+- every second, reads every node's lease, to tell which connections are gone with their
+  process (`gone`): those of a node whose lease lapsed or was claimed (it stays dead,
+  after a survivor deleted its row, for `DEAD_REMEMBERED_S` or until it holds a lease
+  again), and those of an earlier process of a node restarted with the same node id
+  (the lease carries the current process's connection-id floor). The node skips the
+  duplicate-login kicks it would publish to those: after a node dies, every one of its
+  clients that logs in elsewhere names it, thousands a second in a reconnect storm.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ class OutboxKeeper:
         owes_hints: Callable[[], bool],
         log: Any,
         every_s: float = 1.0,
+        conn_floor: int = 0,
     ) -> None:
         self._outbox = outbox
         self._node_id = node_id
+        self._conn_floor = conn_floor  # this process's connection ids are above it
         self._ttl_ms = int(lease_s * 1000)
         self._redeliver = redeliver  # PUSH a row's messages again
         self._settled = settled  # wait for the fan-out requested so far; False: frames lost
@@ -63,12 +66,13 @@ class OutboxKeeper:
         self._done: set[int] = set()  # delivered, to delete
         self._held: set[int] = set()  # delivery lost frames: kept until hinted
         self._dead: dict[str, float] = {}  # node -> when its lease was last seen dead
+        self._floors: dict[str, int] = {}  # live node -> its process's connection-id floor
         self._loop = Periodic(every_s, self.tick, log=log, failed="outbox upkeep failed")
         self._background: set[asyncio.Task[None]] = set()
         self.redelivered = 0  # rows of dead nodes delivered again (metrics)
 
     async def start(self) -> None:
-        await self._outbox.keep_lease(self._node_id, self._ttl_ms)
+        await self._outbox.keep_lease(self._node_id, self._ttl_ms, self._conn_floor)
         await self._sweep(self._node_id)  # left by a predecessor with our node id
         self._outbox.record_for(self._node_id)
         self._loop.start()
@@ -86,7 +90,8 @@ class OutboxKeeper:
             if self._done:
                 await self._outbox.clear(list(self._done))
                 self._done.clear()
-            await self._outbox.keep_lease(self._node_id, 0)  # lapsed: swept if rows remain
+            # lapsed at once: swept if rows remain
+            await self._outbox.keep_lease(self._node_id, 0, self._conn_floor)
         except Exception as e:
             self._log.warning("outbox not cleared at shutdown", error=repr(e))
 
@@ -113,7 +118,7 @@ class OutboxKeeper:
 
     async def tick(self) -> None:
         """Renew the lease, clear delivered rows, take over lapsed nodes."""
-        await self._outbox.keep_lease(self._node_id, self._ttl_ms)
+        await self._outbox.keep_lease(self._node_id, self._ttl_ms, self._conn_floor)
         if self._done:
             done, self._done = self._done, set()
             try:
@@ -130,15 +135,18 @@ class OutboxKeeper:
             await self._sweep(node)
             await self._outbox.release(node, self._node_id)
 
-    def is_dead(self, node: str) -> bool:
-        """`node`'s lease lapsed (or a survivor claimed it) and it has not held one since."""
-        return node in self._dead
+    def gone(self, node: str, conn_id: int) -> bool:
+        """Connection `conn_id` of `node` is known gone: `node`'s lease lapsed (or a
+        survivor claimed it) and it has not held one since, or the node's current
+        process started after that connection was made."""
+        return node in self._dead or conn_id <= self._floors.get(node, 0)
 
     async def _learn_leases(self) -> None:
         states = await self._outbox.leases()
         now = asyncio.get_running_loop().time()
-        for node, live in states.items():
-            if live or node == self._node_id:
+        self._floors = {n: s.conn_floor for n, s in states.items() if s.live}
+        for node, state in states.items():
+            if state.live or node == self._node_id:
                 self._dead.pop(node, None)
             else:
                 self._dead[node] = now
@@ -149,7 +157,7 @@ class OutboxKeeper:
     async def _sweep(self, node: str) -> None:
         while rows := await self._outbox.owed(node, SWEEP_PAGE):
             if node != self._node_id:  # a long sweep must not make us look dead
-                await self._outbox.keep_lease(self._node_id, self._ttl_ms)
+                await self._outbox.keep_lease(self._node_id, self._ttl_ms, self._conn_floor)
             for row in rows:
                 await self._redeliver(row)
             await self._settled()  # what still failed is hinted by its own path

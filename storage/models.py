@@ -133,6 +133,17 @@ class OutboxRow:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeLease:
+    """A node's outbox lease as the others see it: `live` while its owner renews it (not
+    lapsed, not claimed by a survivor); `conn_floor`: every connection id the node's
+    current process hands out is above it (earlier ones belong to a previous process
+    with the same node id)."""
+
+    live: bool
+    conn_floor: int
+
+
+@dataclass(frozen=True, slots=True)
 class Conversation:
     conv_id: int
     kind: int  # ConvKind

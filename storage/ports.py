@@ -21,6 +21,7 @@ from storage.models import (
     Membership,
     MembershipChange,
     NewMessage,
+    NodeLease,
     OutboxRow,
     RecallResult,
     Route,
@@ -183,8 +184,9 @@ class Outbox(Protocol):
         """Delete delivered rows (one round trip)."""
         ...
 
-    async def keep_lease(self, node: str, ttl_ms: int) -> None:
-        """`node` is alive for `ttl_ms` more."""
+    async def keep_lease(self, node: str, ttl_ms: int, conn_floor: int = 0) -> None:
+        """`node` is alive for `ttl_ms` more; its process's connection ids are above
+        `conn_floor`."""
         ...
 
     async def claim_lapsed(self, me: str, ttl_ms: int) -> list[str]:
@@ -192,9 +194,8 @@ class Outbox(Protocol):
         survivor cannot take them meanwhile)."""
         ...
 
-    async def leases(self) -> dict[str, bool]:
-        """Every node with a lease row: True while its owner holds it, False once it
-        lapsed or a survivor claimed it (one small read: a row per node)."""
+    async def leases(self) -> dict[str, NodeLease]:
+        """Every node with a lease row (one small read: a row per node)."""
         ...
 
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from storage.models import OutboxRow, StoredMessage
+from storage.models import NodeLease, OutboxRow, StoredMessage
 
 if TYPE_CHECKING:
     from storage.mysql.transactions import Cursor, Row, Transactions
@@ -78,12 +78,13 @@ class MySQLOutbox:
 
         await self._db.run(q, tx=False)
 
-    async def keep_lease(self, node: str, ttl_ms: int) -> None:
+    async def keep_lease(self, node: str, ttl_ms: int, conn_floor: int = 0) -> None:
         async def q(cur: Cursor) -> None:
             await cur.execute(
-                "INSERT INTO im_node_lease (node, expires_ms, claimed_by) VALUES (%s, %s, '') "
-                "ON DUPLICATE KEY UPDATE expires_ms=VALUES(expires_ms), claimed_by=''",
-                (node, self._clock() + ttl_ms),
+                "INSERT INTO im_node_lease (node, expires_ms, claimed_by, conn_floor) "
+                "VALUES (%s, %s, '', %s) ON DUPLICATE KEY UPDATE "
+                "expires_ms=VALUES(expires_ms), claimed_by='', conn_floor=VALUES(conn_floor)",
+                (node, self._clock() + ttl_ms, conn_floor),
             )
 
         await self._db.run(q, tx=False)
@@ -109,15 +110,17 @@ class MySQLOutbox:
 
         return await self._db.run(q, tx=False)
 
-    async def leases(self) -> dict[str, bool]:
+    async def leases(self) -> dict[str, NodeLease]:
         now = self._clock()
 
         async def q(cur: Cursor) -> list[Row]:
-            await cur.execute("SELECT node, expires_ms, claimed_by FROM im_node_lease")
+            await cur.execute("SELECT node, expires_ms, claimed_by, conn_floor FROM im_node_lease")
             return list(await cur.fetchall())
 
         rows = await self._db.run(q, tx=False)
-        return {str(n): int(exp) >= now and not by for n, exp, by in rows}
+        return {
+            str(n): NodeLease(int(exp) >= now and not by, int(floor)) for n, exp, by, floor in rows
+        }
 
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:
         async def q(cur: Cursor) -> list[Row]:
@@ -182,13 +185,13 @@ class ShardedOutbox:
         elif ids:
             await asyncio.gather(*(s.clear(ids) for s in self._servers))
 
-    async def keep_lease(self, node: str, ttl_ms: int) -> None:
-        await self._meta.keep_lease(node, ttl_ms)
+    async def keep_lease(self, node: str, ttl_ms: int, conn_floor: int = 0) -> None:
+        await self._meta.keep_lease(node, ttl_ms, conn_floor)
 
     async def claim_lapsed(self, me: str, ttl_ms: int) -> list[str]:
         return await self._meta.claim_lapsed(me, ttl_ms)
 
-    async def leases(self) -> dict[str, bool]:
+    async def leases(self) -> dict[str, NodeLease]:
         return await self._meta.leases()
 
     async def owed(self, node: str, limit: int) -> list[OutboxRow]:

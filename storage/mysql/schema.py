@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 
 # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
 # 5: im_archive, im_archive_sent (storage/archive); 6: im_lease (storage/mysql/lease.py);
-# 7: im_media_upload, im_media_ref (storage/media). Tables are CREATE ... IF NOT EXISTS,
-# so versions stack: the highest is recorded and every table is created.
-SCHEMA_VERSION: Final = 7
+# 7: im_media_upload, im_media_ref (storage/media); 8: im_node_lease.conn_floor. Tables
+# are CREATE ... IF NOT EXISTS, so versions stack: the highest is recorded and every table
+# is created; columns added later are in UPGRADES too.
+SCHEMA_VERSION: Final = 8
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -105,11 +106,13 @@ _TABLES: Final = [
         KEY k_node (node, id)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     # One row per node writing the outbox: alive while expires_ms is ahead; a survivor
-    # claims a lapsed one (claimed_by) and re-delivers its outbox.
+    # claims a lapsed one (claimed_by) and re-delivers its outbox. conn_floor: the
+    # connection ids of the node's current process are above it (gateway/outbox.py).
     """CREATE TABLE IF NOT EXISTS im_node_lease (
         node       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY,
         expires_ms BIGINT NOT NULL,
         claimed_by VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '',
+        conn_floor BIGINT UNSIGNED NOT NULL DEFAULT 0,
         KEY k_expires (expires_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     # The archive index (storage/archive/index.py): one row per archived batch of a
@@ -195,6 +198,7 @@ _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
 # cache never answers a page reaching down to it (storage/production.py).
 UPGRADES: Final = [
     ("im_conv_seq", "recalled_seq", "BIGINT UNSIGNED NOT NULL DEFAULT 0"),
+    ("im_node_lease", "conn_floor", "BIGINT UNSIGNED NOT NULL DEFAULT 0"),
 ]
 
 

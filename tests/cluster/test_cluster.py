@@ -271,6 +271,29 @@ async def test_no_kick_is_published_to_a_node_whose_lease_lapsed(cluster: Cluste
     await second.close()
 
 
+async def test_no_kick_is_published_to_a_connection_of_a_restarted_node(
+    cluster: Cluster,
+) -> None:
+    """A node restarted with the same node id (as a supervisor's workers and configured
+    node ids are) is alive again at once, but the connections its clients name when they
+    log in elsewhere belonged to the killed process: no kick is published for them."""
+    admin = free_port()
+    await cluster.start_node("--node-id", "same-id")
+    await cluster.start_node("--admin-port", str(admin), "--admin-token", TOKEN)
+    api = Api(admin)
+    old = await Wire.login(cluster.nodes[0].port, 43, "phone")
+    cluster.nodes[0].kill()
+    await cluster.start_node("--node-id", "same-id")  # before the old lease lapsed
+    await asyncio.sleep(1.5)  # node 1 reads the leases each second
+    again = await Wire.login(cluster.nodes[1].port, 43, "phone")
+    assert "imgw_kicks_to_dead_nodes_total 1.0" in await api.metrics()
+    mine = await Wire.login(cluster.nodes[2].port, 44, "phone")  # the new process's own
+    elsewhere = await Wire.login(cluster.nodes[1].port, 44, "phone")
+    assert await mine.closed() == [Kick(KickReason.DUPLICATE_LOGIN, "logged in elsewhere", "")]
+    for w in (old, again, elsewhere):
+        await w.close()
+
+
 async def test_revoke_on_one_node_kicks_sessions_on_another(cluster: Cluster) -> None:
     admin = free_port()
     await cluster.start_node("--admin-port", str(admin), "--admin-token", "t0k")
