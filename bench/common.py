@@ -257,6 +257,27 @@ def kernel_memory() -> dict[str, int]:
     return out
 
 
+def tcp_ext(name: str) -> int | None:
+    """A machine-wide TCP counter of /proc/net/netstat (`TcpExt: ...`), e.g.
+    ListenOverflows: handshakes dropped because an accept queue was full."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = [line.split() for line in f if line.startswith("TcpExt:")]
+        names, values = lines[0], lines[1]
+        return int(values[names.index(name)])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def somaxconn() -> int | None:
+    """net.core.somaxconn: the kernel's cap on a listen backlog."""
+    try:
+        with open("/proc/sys/net/core/somaxconn") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def available_memory() -> int:
     with open("/proc/meminfo") as f:
         for line in f:

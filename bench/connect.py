@@ -20,7 +20,16 @@ import secrets
 import time
 from typing import Any
 
-from bench.common import BenchError, Gateway, Sampler, kernel_memory, log, proc_pss
+from bench.common import (
+    BenchError,
+    Gateway,
+    Sampler,
+    kernel_memory,
+    log,
+    proc_pss,
+    somaxconn,
+    tcp_ext,
+)
 from bench.fleet import Fleet, FleetView, gateway_alive, progress_line
 from bench.preload import PRELOAD_UID0
 from bench.run import Run
@@ -183,6 +192,14 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     }  # fmt: skip
     gw = run.gateway
     assert gw is not None and gw.proc is not None, "storm needs --spawn-gateway"
+    cap = somaxconn()
+    share = math.ceil(n / max(1, len(gw.pids()) - 1))  # per worker (pids: + the supervisor)
+    if cap is not None and cap < share:
+        log(f"net.core.somaxconn is {cap:,}: each worker's accept queue holds at most that many "
+            f"of its ~{share:,} clients, so handshakes are dropped in the storm and retried "
+            "after 1, 3, 7 s (the recovery's tail). To queue them all: "
+            f"sysctl -w net.core.somaxconn={min(65535, max(share, 4096)):,}")  # fmt: skip
+    result["somaxconn"] = cap
     t0 = run.t0 = time.monotonic()
     # With --preload the clients are the preloaded users, each in two conversations with
     # messages: their first SYNC lists them, and a SYNC after the storm has work to do.
@@ -202,6 +219,7 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         result["gateway_pids_before"] = gw.pids()
         logins_before = view.logins
         log(f"{view.held:,} held and synced; {args.how} the gateway now")
+        overflows_before = tcp_ext("ListenOverflows")
         storm_t = time.monotonic()
         if args.how == "kill":
             gw.kill()
@@ -217,6 +235,10 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         deadline = max(120.0, 3 * args.backoff_cap + n / 500)
         view, _ = ramp_up(run, fleet, n, "storm", deadline, t0)
         recovered_s = time.monotonic() - storm_t
+        overflows = tcp_ext("ListenOverflows")
+        if overflows is not None and overflows_before is not None:
+            # machine-wide: handshakes dropped on full accept queues (clients retry them)
+            result["listen_overflows"] = overflows - overflows_before
         run.sample(force=True)
         # Every reconnect is a login and a SYNC: CPU per pair, on the restarted gateway.
         result["syncs"] = view.syncs - syncs_before

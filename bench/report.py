@@ -137,6 +137,11 @@ def summary(result: dict[str, Any]) -> str:
             f"unavailable at most {result.get('told_unavailable_max')} times to one client, "
             f"more than twice to {result.get('clients_told_unavailable_over_2')}"
         )
+        lines.append(
+            f"- handshakes dropped on full accept queues (machine-wide, retried by the "
+            f"clients' kernels after 1, 3, 7 s): {result.get('listen_overflows')}; "
+            f"net.core.somaxconn {result.get('somaxconn')}"
+        )
     if s in ("chat", "group"):
         lines.append(
             f"- highest rate with p99 send→ACK ≤ 50 ms: {result.get('max_rate_p99_le_50ms')}"

@@ -17,7 +17,9 @@ from __future__ import annotations
 import socket
 from typing import Final
 
-BACKLOG: Final = 4096  # per socket; Linux caps it at net.core.somaxconn
+# Per socket. Linux caps it at net.core.somaxconn (4,096 by default): a node restarted
+# under 100,000 clients takes what the sysctl allows (deploy/README.md, "Kernel settings").
+BACKLOG: Final = 65_535
 
 
 def bind_listener(host: str, port: int, *, reuse_port: bool, backlog: int) -> socket.socket | None:
