@@ -19,7 +19,7 @@ def test_the_media_tables_live_in_the_metadata_database_only() -> None:
 
     assert tables(ddl(4, meta=True)) == MEDIA_TABLES
     assert tables(ddl([0, 1], meta=False)) == set()
-    assert SCHEMA_VERSION == 7
+    assert SCHEMA_VERSION >= 7  # (8 added a column elsewhere)
 
 
 async def test_migrate_adds_the_media_tables_to_schema_5() -> None:
@@ -40,7 +40,7 @@ async def test_migrate_adds_the_media_tables_to_schema_5() -> None:
             await cur.execute("SHOW TABLES LIKE 'im\\_media%%'")
             assert {r[0] for r in await cur.fetchall()} == MEDIA_TABLES
             await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
-            assert (await cur.fetchone())[0] == "7"
+            assert (await cur.fetchone())[0] == str(SCHEMA_VERSION)
     finally:
         conn.close()
         await drop_mysql(url)
