@@ -192,14 +192,7 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     }  # fmt: skip
     gw = run.gateway
     assert gw is not None and gw.proc is not None, "storm needs --spawn-gateway"
-    cap = somaxconn()
-    share = math.ceil(n / max(1, len(gw.pids()) - 1))  # per worker (pids: + the supervisor)
-    if cap is not None and cap < share:
-        log(f"net.core.somaxconn is {cap:,}: each worker's accept queue holds at most that many "
-            f"of its ~{share:,} clients, so handshakes are dropped in the storm and retried "
-            "after 1, 3, 7 s (the recovery's tail). To queue them all: "
-            f"sysctl -w net.core.somaxconn={min(65535, max(share, 4096)):,}")  # fmt: skip
-    result["somaxconn"] = cap
+    result["somaxconn"] = somaxconn()
     t0 = run.t0 = time.monotonic()
     # With --preload the clients are the preloaded users, each in two conversations with
     # messages: their first SYNC lists them, and a SYNC after the storm has work to do.

@@ -139,8 +139,8 @@ def summary(result: dict[str, Any]) -> str:
         )
         lines.append(
             f"- handshakes dropped on full accept queues (machine-wide, retried by the "
-            f"clients' kernels after 1, 3, 7 s): {result.get('listen_overflows')}; "
-            f"net.core.somaxconn {result.get('somaxconn')}"
+            f"clients' kernels after 1, 3, 7 s): {result.get('listen_overflows')} "
+            f"(gateway backlog 4,096, net.core.somaxconn {result.get('somaxconn')})"
         )
     if s in ("chat", "group"):
         lines.append(

@@ -17,9 +17,10 @@ from __future__ import annotations
 import socket
 from typing import Final
 
-# Per socket. Linux caps it at net.core.somaxconn (4,096 by default): a node restarted
-# under 100,000 clients takes what the sysctl allows (deploy/README.md, "Kernel settings").
-BACKLOG: Final = 65_535
+# Per socket; Linux caps it at net.core.somaxconn. A deeper queue (65,535 with the sysctl
+# raised) was measured in a 100,000-client storm: no handshake dropped, and no faster
+# (bench/results/README.md, "Reconnect storm, session 10").
+BACKLOG: Final = 4096
 
 
 def bind_listener(host: str, port: int, *, reuse_port: bool, backlog: int) -> socket.socket | None:
