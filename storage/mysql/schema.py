@@ -261,6 +261,8 @@ async def _create(
         await cur.execute(stmt)
     done.append(f"tables present ({len(shards)} message shards)")
     for table, column, definition in UPGRADES:
+        if not meta and table in _META_ONLY:
+            continue  # a shard server has no such table
         await cur.execute(
             "SELECT 1 FROM information_schema.columns WHERE table_schema=%s "
             "AND table_name=%s AND column_name=%s",
