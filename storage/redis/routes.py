@@ -207,8 +207,10 @@ class RedisRouteStore:
         self._refused = 0
         # Logins and disconnects come in storms: their script calls are coalesced.
         self._coalesced = Coalescer(client, "route register/remove", self._limit)
-        # Redis Cluster: per node id, the marker keys set by the last good check
+        # Redis Cluster: per node id, the marker keys set by the last good check, and
+        # the nodes whose marker a failed check found missing (reported by the next)
         self._marked: dict[str, set[str]] = {}
+        self._loss_seen: set[str] = set()
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -340,18 +342,31 @@ class RedisRouteStore:
         return prev is None
 
     async def _mark_cluster(self, client: RedisCluster, node: str) -> bool:
+        before = self._marked.get(node, set())
         async with unavailable("route marker", self._limit):
             await client.initialize()  # at once when the client knows the slots already
             keys = self.marker_keys(client, node)
             replies = await raw.cluster_pipeline(
                 client, [(b"SET", k, b"1", b"PX", self._ttl_ms, b"GET") for k in keys]
             )
+            done = [
+                (k, r) for k, r in zip(keys, replies, strict=True) if not isinstance(r, Exception)
+            ]
+            # A marker found missing counts even if another master failed this check:
+            # this check set it again, so the next one would find it and miss the loss
+            # (a master replaced by an empty node answers while the others still say
+            # CLUSTERDOWN).
+            if any(r is None and k in before for k, r in done):
+                self._loss_seen.add(node)
+            self._marked[node] = before | {k for k, _ in done}
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
-        before = self._marked.get(node, set())
         self._marked[node] = set(keys)
-        return any(r is None and k in before for k, r in zip(keys, replies, strict=True))
+        if node in self._loss_seen:
+            self._loss_seen.discard(node)
+            return True
+        return False
 
     def marker_keys(self, client: RedisCluster, node: str) -> list[str]:
         """One marker key per master of the client's current slot map: the key of the

@@ -14,6 +14,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, ResponseError
 
+from storage.errors import CacheUnavailable
 from storage.models import Route, SentRecord, StoredMessage
 from storage.redis import MemberSnapshot, RedisCache, RedisRouteStore, redis_from_url
 from storage.redis.budgets import RedisRateBudgets
@@ -117,6 +118,30 @@ async def test_the_loss_of_any_master_is_noticed(cclient: RedisCluster, cluster_
         await rcluster.flush_master(port)
         assert await routes.mark("node-a") is True, f"the flush of {port} went unnoticed"
         assert await routes.mark("node-a") is False
+
+
+async def test_a_loss_seen_by_a_check_another_master_failed_is_still_reported(
+    cclient: RedisCluster, cluster_url: str
+) -> None:
+    """One master lost its data while another refuses writes (as the others still say
+    CLUSTERDOWN while a replaced master is already answering): that check fails, but it
+    set the lost marker again, so the next check would find it and say nothing; the loss
+    it saw is reported by the next good check instead. (A full CI run missed a replaced
+    master's loss this way: its routes waited for their 30 s renewal.)"""
+    routes = RedisRouteStore(cclient, prefix=prefix_of(cluster_url))
+    assert await routes.mark("node-b") is False
+    assert await routes.mark("node-b") is False
+    lost, failing = CLUSTER_PORTS[0], CLUSTER_PORTS[1]
+    await rcluster.flush_master(lost)
+    async with rcluster.node(failing) as direct:
+        await direct.config_set("min-replicas-to-write", 1)  # no replicas: NOREPLICAS
+        try:
+            with pytest.raises(CacheUnavailable):
+                await routes.mark("node-b")
+        finally:
+            await direct.config_set("min-replicas-to-write", 0)
+    assert await routes.mark("node-b") is True, "the loss seen by the failed check was lost"
+    assert await routes.mark("node-b") is False
 
 
 async def test_redirections_are_followed_while_a_slot_moves(
