@@ -17,7 +17,7 @@ from storage.archive import objects
 from storage.archive.mysqlindex import MySQLIndex
 from storage.archive.run import archive_run
 from storage.models import AppendStatus, NewMessage, RecallStatus
-from storage.mysql import MySQLSettings, MySQLStore, migrate
+from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import SCHEMA_VERSION
 from storage.production import ProductionStore
 from storage.redis import RedisCache, redis_from_url
@@ -32,7 +32,13 @@ from tests.archive.common import (
     fill,
     mysql_tables,
 )
-from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
+from tests.support.services import (
+    downgrade_then_migrate,
+    drop_mysql,
+    drop_redis,
+    fresh_mysql,
+    fresh_redis_url,
+)
 
 SHARDS = 2
 
@@ -171,27 +177,17 @@ async def test_a_recall_that_lands_first_is_archived_as_recalled(
 
 
 async def test_migrate_adds_the_archive_tables_to_the_previous_schema(mysql_url: str) -> None:
+    done = await downgrade_then_migrate(
+        mysql_url, SCHEMA_VERSION - 1, "DROP TABLE im_archive, im_archive_sent"
+    )
+    assert done
     s = MySQLSettings.from_url(mysql_url)
     conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
-                                  db=s.database, autocommit=True)  # fmt: skip
+                                  db=s.database)  # fmt: skip
     try:
-        async with conn.cursor() as cur:
-            await cur.execute("DROP TABLE im_archive, im_archive_sent")
-            await cur.execute(
-                "UPDATE im_meta SET value=%s WHERE name='schema_version'",
-                (str(SCHEMA_VERSION - 1),),
-            )
-        store = MySQLStore(s)
-        with pytest.raises(Exception, match="imgw db migrate"):
-            await store.start()
-        await store.close()
-        done = await migrate(s)
-        assert done
         async with conn.cursor() as cur:
             await cur.execute("SHOW TABLES LIKE 'im\\_archive%%'")
             assert {r[0] for r in await cur.fetchall()} == {"im_archive", "im_archive_sent"}
-            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
-            assert (await cur.fetchone())[0] == str(SCHEMA_VERSION)
     finally:
         conn.close()
 

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import aiomysql
-import pytest
-
 from gateway.outbox import OutboxKeeper
 from storage.models import OutboxRow
-from storage.mysql import MySQLSettings, MySQLStore, migrate
+from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import SCHEMA_VERSION
-from tests.support.services import drop_mysql, fresh_mysql
+from tests.support.services import downgrade_then_migrate, drop_mysql, fresh_mysql
 
 
 class _Log:
@@ -71,22 +68,12 @@ async def test_connections_of_lapsed_claimed_swept_and_restarted_nodes_are_gone(
 
 async def test_migrate_adds_the_connection_floor_to_schema_7() -> None:
     url = await fresh_mysql()
-    s = MySQLSettings.from_url(url)
-    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
-                                  db=s.database, autocommit=True)  # fmt: skip
     try:
-        async with conn.cursor() as cur:
-            await cur.execute("ALTER TABLE im_node_lease DROP COLUMN conn_floor")
-            await cur.execute("UPDATE im_meta SET value='7' WHERE name='schema_version'")
-        store = MySQLStore(s)
-        with pytest.raises(Exception, match="imgw db migrate"):
-            await store.start()
-        await store.close()
-        assert "added im_node_lease.conn_floor" in await migrate(s)
-        async with conn.cursor() as cur:
-            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
-            assert (await cur.fetchone())[0] == str(SCHEMA_VERSION) == "8"
-        store = MySQLStore(s)
+        done = await downgrade_then_migrate(
+            url, 7, "ALTER TABLE im_node_lease DROP COLUMN conn_floor"
+        )
+        assert "added im_node_lease.conn_floor" in done and SCHEMA_VERSION == 8
+        store = MySQLStore(MySQLSettings.from_url(url))
         await store.start()
         try:
             outbox = store.outbox()
@@ -96,5 +83,4 @@ async def test_migrate_adds_the_connection_floor_to_schema_7() -> None:
         finally:
             await store.close()
     finally:
-        conn.close()
         await drop_mysql(url)

@@ -4,11 +4,10 @@ older schema by `imgw db migrate`."""
 from __future__ import annotations
 
 import aiomysql
-import pytest
 
-from storage.mysql import MySQLSettings, MySQLStore, migrate
+from storage.mysql import MySQLSettings
 from storage.mysql.schema import SCHEMA_VERSION, ddl
-from tests.support.services import drop_mysql, fresh_mysql
+from tests.support.services import downgrade_then_migrate, drop_mysql, fresh_mysql
 
 MEDIA_TABLES = {"im_media_upload", "im_media_ref"}
 
@@ -24,23 +23,16 @@ def test_the_media_tables_live_in_the_metadata_database_only() -> None:
 
 async def test_migrate_adds_the_media_tables_to_schema_5() -> None:
     url = await fresh_mysql()
-    s = MySQLSettings.from_url(url)
-    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
-                                  db=s.database, autocommit=True)  # fmt: skip
     try:
-        async with conn.cursor() as cur:
-            await cur.execute("DROP TABLE im_media_upload, im_media_ref")
-            await cur.execute("UPDATE im_meta SET value='5' WHERE name='schema_version'")
-        store = MySQLStore(s)
-        with pytest.raises(Exception, match="imgw db migrate"):
-            await store.start()
-        await store.close()
-        assert await migrate(s)
-        async with conn.cursor() as cur:
-            await cur.execute("SHOW TABLES LIKE 'im\\_media%%'")
-            assert {r[0] for r in await cur.fetchall()} == MEDIA_TABLES
-            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
-            assert (await cur.fetchone())[0] == str(SCHEMA_VERSION)
+        assert await downgrade_then_migrate(url, 5, "DROP TABLE im_media_upload, im_media_ref")
+        s = MySQLSettings.from_url(url)
+        conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user,
+                                      password=s.password, db=s.database)  # fmt: skip
+        try:
+            async with conn.cursor() as cur:
+                await cur.execute("SHOW TABLES LIKE 'im\\_media%%'")
+                assert {r[0] for r in await cur.fetchall()} == MEDIA_TABLES
+        finally:
+            conn.close()
     finally:
-        conn.close()
         await drop_mysql(url)

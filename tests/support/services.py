@@ -163,3 +163,38 @@ async def drop_mysql(url: str) -> None:
                 await cur.execute(f"DROP DATABASE IF EXISTS `{s.database}`")
         finally:
             conn.close()
+
+
+async def downgrade_then_migrate(url: str, version: int, *statements: str) -> list[str]:
+    """Take the database at `url` back to schema `version` (after `statements`, which
+    undo what later versions added), check that a store refuses to start on it and says
+    to run `imgw db migrate`, migrate, check the version recorded; migrate's report."""
+    from storage.mysql import MySQLStore
+    from storage.mysql.schema import SCHEMA_VERSION
+
+    s = MySQLSettings.from_url(url)
+    conn = await aiomysql.connect(host=s.host, port=s.port, user=s.user, password=s.password,
+                                  db=s.database, autocommit=True)  # fmt: skip
+    try:
+        async with conn.cursor() as cur:
+            for stmt in statements:
+                await cur.execute(stmt)
+            await cur.execute(
+                "UPDATE im_meta SET value=%s WHERE name='schema_version'", (str(version),)
+            )
+        store = MySQLStore(s)
+        try:
+            await store.start()
+        except Exception as e:
+            assert "imgw db migrate" in str(e), e
+        else:
+            raise AssertionError("a store started on an older schema")
+        finally:
+            await store.close()
+        done = await migrate(s)
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT value FROM im_meta WHERE name='schema_version'")
+            assert (await cur.fetchone())[0] == str(SCHEMA_VERSION)
+        return done
+    finally:
+        conn.close()
