@@ -1,7 +1,8 @@
 """The MySQL driver's own CPU per send batch: aiomysql (PyMySQL's pure-Python protocol)
 against asyncmy (the same protocol compiled with Cython), on the exact SQL of one group
 commit (storage.mysql.sql): BEGIN + idempotency lookup + seq locks + members, then seqs +
-message INSERT + idempotency rows, then COMMIT. The client process's CPU time per batch
+message INSERT + idempotency rows + COMMIT (`--separate-commit`: COMMIT in a round trip
+of its own, as before session 11). The client process's CPU time per batch
 is what the driver costs the gateway; MariaDB's time is not in it.
 
     python -m bench.driver_bench --batches 2000 --batch-size 20
@@ -24,8 +25,8 @@ from storage.mysql.schema import message_table
 MULTI_STATEMENTS = 1 << 16
 
 
-def _batch_sql(batch: int, size: int, shards: int) -> list[str]:
-    """The three round trips of batch number `batch` (fresh keys every time)."""
+def _batch_sql(batch: int, size: int, shards: int, separate_commit: bool = False) -> list[str]:
+    """The round trips of batch number `batch` (fresh keys every time)."""
     now = int(time.time() * 1000)
     msgs = [
         StoredMessage(1 + (i % 8), batch * size + i + 1, (batch * size + i) << 22, 1000 + i,
@@ -45,7 +46,9 @@ def _batch_sql(batch: int, size: int, shards: int) -> list[str]:
     for shard, rows in by_shard.items():
         writes += sql.insert_messages(message_table(shard), rows)
     writes.append(sql.insert_sent(msgs, now))
-    return [first, ";".join(writes), "COMMIT"]
+    if separate_commit:
+        return [first, ";".join(writes), "COMMIT"]
+    return [first, ";".join([*writes, "COMMIT"])]
 
 
 async def _run_aiomysql(s: MySQLSettings, queries: list[list[str]]) -> float:
@@ -87,6 +90,11 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3, help="alternating runs per driver (3)")
     p.add_argument("--server", default="mysql://root:@127.0.0.1:3306/")
+    p.add_argument(
+        "--separate-commit",
+        action="store_true",
+        help="COMMIT in a round trip of its own (the send path before session 11)",
+    )
     args = p.parse_args(argv)
     shards = 4
     db = f"imgw_driver_{secrets.token_hex(4)}"
@@ -98,7 +106,7 @@ async def main(argv: list[str] | None = None) -> int:
     try:
         for _ in range(args.rounds):
             for name, run in drivers.items():
-                queries = [_batch_sql(batch + i, args.batch_size, shards)
+                queries = [_batch_sql(batch + i, args.batch_size, shards, args.separate_commit)
                            for i in range(args.batches)]  # fmt: skip
                 batch += args.batches
                 try:

@@ -24,7 +24,14 @@ from storage.models import AppendResult, NewMessage, StoredMessage
 from storage.mysql import sql
 from storage.mysql.outbox import MySQLOutbox
 from storage.mysql.outbox import insert_row as outbox_sql
-from storage.mysql.transactions import CommitWatch, Cursor, Row, Transactions, next_rows
+from storage.mysql.transactions import (
+    CommitWatch,
+    Cursor,
+    Row,
+    Transactions,
+    execute_and_commit,
+    next_rows,
+)
 from storage.rules import SendKey, append_results, plan_append, resend_result
 from storage.snowflake import Snowflake
 
@@ -79,10 +86,11 @@ class GroupCommit:
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         attempt_ms: list[int] = []  # the commit time of the last attempt
+        watch = CommitWatch()  # whether the last attempt's COMMIT went unanswered
 
         async def body(cur: Cursor) -> list[AppendResult]:
-            # Three round trips: [BEGIN; idempotency records; lock the seq rows; current
-            # members], [seqs; one INSERT per shard; idempotency records], COMMIT.
+            # Two round trips: [BEGIN; idempotency records; lock the seq rows; current
+            # members], [seqs; one INSERT per shard; idempotency records; COMMIT].
             now = self._clock()
             attempt_ms[:] = [now]
             keys = list({(m.sender_uid, m.client_msg_id) for m in batch})
@@ -108,6 +116,7 @@ class GroupCommit:
                     m.msg_type, m.content, now, m.client_msg_id,
                 )  # fmt: skip
             outbox_id = 0
+            queries: list[str] = []
             if stored:
                 msgs = list(stored.values())
                 statements = [
@@ -118,15 +127,16 @@ class GroupCommit:
                 if node := self._outbox.node:  # the fan-out owed, in the same commit
                     outbox_id = self._ids.next_id(now)
                     statements.append(outbox_sql(outbox_id, node, msgs, now))
-                for query in sql.queries(statements):  # one, unless the batch is huge
-                    await cur.execute(query)
-                    while await cur.nextset():  # each statement's result; errors raise
-                        pass
+                queries = sql.queries(statements)  # one, unless the batch is huge
+            for query in queries[:-1]:
+                await cur.execute(query)
+                while await cur.nextset():  # each statement's result; errors raise
+                    pass
+            await execute_and_commit(cur, queries[-1] if queries else "", watch)
             return append_results(batch, plan, prior, stored, members, outbox_id=outbox_id)
 
-        watch = CommitWatch()
         try:
-            return await self._db.run(body, own_tx=True, watch=watch)
+            return await self._db.run(body, own_tx=True, commits=True, watch=watch)
         except StoreUnavailable as failure:
             # An ERROR must never cover a stored message. A COMMIT sent without an answer
             # may still land (a packet held up in the network reaches the server later):

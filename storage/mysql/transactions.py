@@ -3,7 +3,9 @@
 Every transaction retries on deadlock, lock wait timeout and duplicate key (a
 concurrent duplicate send), and maps connection trouble to `StoreUnavailable`. A COMMIT
 that went unanswered is recorded (`CommitWatch`) so the caller can fence its server
-thread (`Transactions.fence`) and then ask what landed.
+thread (`Transactions.fence`) and then ask what landed. A body may send its COMMIT at
+the end of its last writes (`execute_and_commit`: one round trip fewer), under the same
+watch.
 """
 
 from __future__ import annotations
@@ -26,7 +28,15 @@ from storage.mysql.sql import Row
 
 T = TypeVar("T")
 
-__all__ = ["CommitWatch", "Cursor", "Row", "Transactions", "next_rows", "rowcount"]
+__all__ = [
+    "CommitWatch",
+    "Cursor",
+    "Row",
+    "Transactions",
+    "execute_and_commit",
+    "next_rows",
+    "rowcount",
+]
 
 _RETRY_ERRNOS: Final = {1213, 1205, 1062}  # deadlock, lock wait timeout, duplicate key
 _MAX_ATTEMPTS: Final = 4
@@ -41,6 +51,38 @@ class CommitWatch:
 
     thread_id: int = 0  # the server thread (connection id) it was sent on
     unanswered: bool = False
+
+    def sent(self, conn: Connection) -> None:
+        """A COMMIT is about to go out on `conn`."""
+        self.thread_id = conn.thread_id()
+        self.unanswered = True
+
+    def answered(self, error: BaseException | None = None) -> None:
+        """Its answer came: success, or `error`. Only a server's own error (a MySQL
+        errno below 2000) is an answer; any other failure leaves the COMMIT in doubt."""
+        if error is None:
+            self.unanswered = False
+        elif isinstance(error, db_errors.MySQLError):
+            errno = error.args[0] if error.args and isinstance(error.args[0], int) else 0
+            if 0 < errno < 2000:  # the server answered with an error: not committed
+                self.unanswered = False
+
+
+async def execute_and_commit(cur: Cursor, statements: str, watch: CommitWatch) -> None:
+    """Run `statements` (`;`-separated; may be empty) and COMMIT in one round trip, for
+    a body run with `Transactions.run(..., commits=True)`. If a statement fails, MySQL
+    runs none after it, so the COMMIT is skipped and the error raises. The COMMIT goes
+    out under `watch`, as `run`'s own does: if no answer comes, the caller fences the
+    server thread before saying anything about the outcome."""
+    watch.sent(cur.connection)
+    try:
+        await cur.execute(f"{statements};COMMIT" if statements else "COMMIT")
+        while await cur.nextset():  # each statement's result; errors raise
+            pass
+    except BaseException as e:
+        watch.answered(e)
+        raise
+    watch.answered()
 
 
 async def next_rows(cur: Cursor) -> list[Row]:
@@ -114,7 +156,10 @@ class Transactions:
         if pool is None:
             raise StoreUnavailable("MySQL store not started")
         try:
-            conn = await asyncio.wait_for(pool.acquire(), self.settings.timeout_s)
+            # no wait_for: its task would cost a loop iteration on every checkout, and the
+            # pool hands out a free connection without awaiting anything
+            async with asyncio.timeout(self.settings.timeout_s):
+                conn = await pool.acquire()
         except (db_errors.Error, OSError, TimeoutError) as e:
             raise StoreUnavailable(f"MySQL unavailable: {e!r}") from e
         healthy = False
@@ -132,15 +177,20 @@ class Transactions:
         *,
         tx: bool = True,
         own_tx: bool = False,
+        commits: bool = False,
         watch: CommitWatch | None = None,
     ) -> T:
         """Run `body` in one transaction (or, `tx=False`, as autocommit reads: one round
         trip each, no COMMIT), retrying transient conflicts; bounded by the timeout.
         `own_tx`: the body sends BEGIN itself, inside its first multi-statement round
-        trip; COMMIT is always a round trip of its own, so a body given up on (its
-        timeout) can never commit later: a COMMIT queued behind a statement waiting on a
-        lock would still run after the client closed the connection. `watch` records
-        whether a COMMIT went unanswered (see `CommitWatch`)."""
+        trip. `commits`: the body sends COMMIT itself, behind its last writes
+        (`execute_and_commit`, under `watch`, which is then required). Otherwise COMMIT
+        is a round trip of its own. Either way a body given up on (its timeout) must not
+        commit later (a COMMIT queued behind a statement waiting on a lock would still
+        run after the client closed the connection): `watch` records whether a COMMIT
+        went unanswered, so the caller can fence its thread (see `CommitWatch`)."""
+        if commits and watch is None:
+            raise ValueError("a body that commits needs a CommitWatch")
         for attempt in range(_MAX_ATTEMPTS):
             if watch is not None:
                 watch.unanswered = False
@@ -153,7 +203,8 @@ class Transactions:
                             if not own_tx:  # else the body's queries begin it
                                 await conn.begin()
                             result = await body(cur)
-                            await self._commit(conn, watch)
+                            if not commits:
+                                await self._commit(conn, watch)
                             return result
                     except BaseException:
                         if tx and conn.connected:
@@ -195,16 +246,13 @@ class Transactions:
         if watch is None:
             await conn.commit()
             return
-        watch.thread_id = conn.thread_id()
-        watch.unanswered = True
+        watch.sent(conn)
         try:
             await conn.commit()
-        except db_errors.MySQLError as e:
-            errno = e.args[0] if e.args and isinstance(e.args[0], int) else 0
-            if 0 < errno < 2000:  # the server answered with an error: not committed
-                watch.unanswered = False
+        except BaseException as e:
+            watch.answered(e)
             raise
-        watch.unanswered = False
+        watch.answered()
 
     async def fence(self, thread_id: int) -> None:
         """Make sure the server thread whose COMMIT went unanswered is gone, so that the

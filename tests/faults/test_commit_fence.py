@@ -15,7 +15,9 @@ from tests.faults.conftest import Prod
 from tests.faults.test_production_faults import pull_all
 from tests.support.wire import Wire, token
 
-COMMIT_PACKET = b"\x03COMMIT"  # COM_QUERY "COMMIT"
+# A send batch's COMMIT rides at the end of its writes ("...;COMMIT"), other
+# transactions' alone (COM_QUERY "COMMIT"): hold any packet that carries one.
+COMMIT_PACKET = b"COMMIT"
 HOLD_S = 6.0  # past the store's 3 s timeout plus its rollback attempt and the fence
 
 
