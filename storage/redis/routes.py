@@ -13,12 +13,10 @@ in one Redis Cluster slot and each script touches a single slot):
 Both TTLs are pushed back to `ttl_s` by every register and renewal.
 
 The route key is the authority for one device; `online:{uid}` is the per-uid index that
-lets fan-out find every device of many uids in one round trip. On a single Redis that is
-one script call per LOOKUP_CHUNK uids returning every hash (`_ONLINE`; one reply to
-read instead of one per uid); on Redis Cluster, whose scripts must stay in one slot, one
-pipelined HGETALL per uid. A field carries its own expiry (wall-clock ms of the writing
-node) because Redis cannot expire hash fields one by one in Redis 7: readers drop fields
-past it, and every register and renewal prunes them. Values are a few dozen bytes.
+lets fan-out find every device of many uids in one round trip (one pipelined HGETALL per
+uid). A field carries its own expiry (wall-clock ms of the writing node) because Redis
+cannot expire hash fields one by one in Redis 7: readers drop fields past it, and every
+register and renewal prunes them. Values are a few dozen bytes.
 
 Every write is a Lua script (registered once per store), so each operation on a route is
 atomic:
@@ -151,16 +149,6 @@ end
 return removed
 """
 
-# KEYS: online hashes (single Redis only: they span slots). Returns each one's HGETALL.
-_ONLINE = """
-local out = {}
-for i = 1, #KEYS do out[i] = redis.call('HGETALL', KEYS[i]) end
-return out
-"""
-# uids per _ONLINE call: a group's fan-out to 10,000 members is several calls in one
-# pipeline, so Redis serves other clients between them
-LOOKUP_CHUNK: Final = 256
-
 # KEYS: the revoked hash. ARGV: field, at_s, keep_ms.
 _REVOKE = """
 local cur = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '0')
@@ -213,8 +201,6 @@ class RedisRouteStore:
         self._register = client.register_script(_REGISTER)
         self._renew = client.register_script(_RENEW)
         self._remove = client.register_script(_REMOVE)
-        # keys of many slots: on a single Redis only (a cluster pipelines HGETALLs)
-        self._online = None if isinstance(client, RedisCluster) else client.register_script(_ONLINE)
         self._revoke = client.register_script(_REVOKE)
         self._renewed = 0
         self._recreated = 0
@@ -309,8 +295,9 @@ class RedisRouteStore:
         return None if ms is None or ms < 0 else ms / 1000
 
     async def online(self, uids: Sequence[int]) -> dict[int, list[Route]]:
-        """Online routes of each uid (uids with none are omitted), in one round trip
-        (this runs for every fan-out); index fields past their expiry are ignored."""
+        """Online routes of each uid (uids with none are omitted): one pipelined HGETALL
+        per uid, one round trip (packed by `raw`: this runs for every fan-out); index
+        fields past their expiry are ignored."""
         wanted = list(dict.fromkeys(uids))
         if not wanted:
             return {}
@@ -320,17 +307,13 @@ class RedisRouteStore:
                 replies = await raw.cluster_pipeline(
                     client, [(b"HGETALL", self.online_key(uid)) for uid in wanted]
                 )
-                for r in replies:
-                    if isinstance(r, Exception):
-                        raise r
-            else:  # the hot path: a script call per chunk, one reply each
-                assert self._online is not None
-                keys = [self.online_key(uid) for uid in wanted]
-                calls: list[ScriptCall] = [
-                    (self._online, keys[i : i + LOOKUP_CHUNK], ())
-                    for i in range(0, len(keys), LOOKUP_CHUNK)
-                ]
-                replies = [r for chunk in await run_pipelined(client, calls) for r in chunk]
+            else:  # the hot path: packed once, one write
+                replies = await raw.pipeline(
+                    client, [raw.pack(b"HGETALL", self.online_key(uid)) for uid in wanted]
+                )
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
         now = _now_ms()
         out: dict[int, list[Route]] = {}
         for uid, fields in zip(wanted, replies, strict=True):

@@ -252,21 +252,6 @@ async def test_renew_reloads_scripts_after_a_script_cache_flush(
     assert await routes.remove(rs[0]) is True
 
 
-async def test_online_reloads_its_script_after_a_script_cache_flush(
-    routes: RedisRouteStore, client: aioredis.Redis
-) -> None:
-    """Fan-out reads the routes with one script call per chunk of uids: a Redis whose
-    script cache was flushed (a restart) is sent the script again, and no route is
-    missed on the way."""
-    rs = [route(uid, "phone", conn=uid) for uid in range(1, 301)]  # two chunks
-    for r in rs:
-        await routes.register(r)
-    assert len(await routes.online(range(1, 301))) == 300
-    await client.script_flush()
-    online = await routes.online(range(1, 302))
-    assert len(online) == 300 and online[300] == [rs[-1]]
-
-
 async def test_renew_after_redis_lost_its_data(
     routes: RedisRouteStore, client: aioredis.Redis, prefix: str
 ) -> None:
