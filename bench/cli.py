@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.calibrate import calibrate
 from bench.common import BenchError, log, machine_info, set_log_name
 from bench.preload import DEFAULT_CONVERSATIONS, DEFAULT_MESSAGES, Volume
 from bench.send import CONNECT_CONCURRENCY, DRAIN_S
@@ -242,7 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if status != 0:
             log("the run on the empty store failed; the preloaded run follows anyway")
         log(f"now with {volume.messages:,} messages preloaded")
+    before = calibrate()  # the machine's speed, to compare this run with others
     result, status = run_scenario(args)
+    after = calibrate()
     if baseline is not None:
         from bench.volume import compare
 
@@ -250,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["volume_ratio"] = compare(args.scenario, baseline, result)
     result = {"scenario": args.scenario, **result}
     result["command"] = ["imgw", "bench", *(argv if argv is not None else sys.argv[2:])]
-    result["machine"] = machine_info()
+    result["machine"] = {**machine_info(), "calibration": {"before": before, "after": after}}
     json_path.parent.mkdir(parents=True, exist_ok=True)
     if not args.no_charts:
         from bench.report import charts

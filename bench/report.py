@@ -170,6 +170,14 @@ def summary(result: dict[str, Any]) -> str:
 
         lines.extend(volume_lines(result["volume_ratio"]))
     lines.extend(_cpu_lines(result))
+    if cal := (result.get("machine") or {}).get("calibration"):
+        b, a = cal["before"], cal["after"]
+        lines.append(
+            f"- machine speed (bench.calibrate; compare runs only at like speeds): a Python "
+            f"loop step {b['python_loop_ns']} ns before, {a['python_loop_ns']} ns after; a "
+            f"loopback send+recv {b['loopback_rtt_us']} µs before, {a['loopback_rtt_us']} "
+            f"µs after"
+        )
     lines.append(f"- gateway RSS {_b(result.get('gateway_rss_bytes'))}, pids "
                  f"{len(result.get('gateway_pids') or [])}")  # fmt: skip
     for chart in result.get("charts", []):

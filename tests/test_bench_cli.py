@@ -44,6 +44,11 @@ def bench(tmp_path: Path, scenario: str, *args: str) -> dict[str, Any]:
     assert (tmp_path / f"{scenario}.md").read_text().startswith(f"# imgw bench {scenario}")
     for chart in result["charts"]:
         assert Path(chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the machine's speed around the run, so that runs of different days can be compared
+    for when in ("before", "after"):
+        speed = result["machine"]["calibration"][when]
+        assert speed["python_loop_ns"] > 0 and speed["loopback_rtt_us"] > 0, speed
+    assert "machine speed" in (tmp_path / f"{scenario}.md").read_text()
     return result
 
 
