@@ -34,7 +34,7 @@ from gateway.client import (
     SessionEnded,
     parse_addresses,
 )
-from gateway.client.inbox import ClientStats, Inbox
+from gateway.client.inbox import ClientStats, FirstPage, Inbox
 from gateway.client.seen import SeenSeqs
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
@@ -50,10 +50,12 @@ from protocol.frames import (
     PullResult,
     Push,
     ReadNotify,
+    Sync,
     TypingNotify,
 )
 from protocol.ops import ErrorCode, KickReason, MsgType
 from protocol.token import sign_token
+from tests.support.tcpproxy import TcpProxy
 
 KID, SECRET = "test", "secret"
 KEY = f"{KID}:{SECRET}"
@@ -195,10 +197,14 @@ class FakeRequests:
         self.rows, self.msgs = rows, msgs
         self.pulls: list[tuple[int, int]] = []
         self.since_seen: list[Opaque] = []
+        self.firsts: list[FirstPage | None] = []  # the first page each pass was handed
         self.refuse_since = False
 
-    async def sync_all(self, since: Opaque = 0, *, page: int = 0) -> tuple[Opaque, list[Any]]:
+    async def sync_all(
+        self, since: Opaque = 0, *, page: int = 0, first: FirstPage | None = None
+    ) -> tuple[Opaque, list[Any]]:
         self.since_seen.append(since)
+        self.firsts.append(first)
         if self.refuse_since and since != 0:
             raise ClientError(ErrorCode.BAD_REQUEST, "since was not issued here")
         return b"S1", self.rows
@@ -243,6 +249,21 @@ async def test_inbox_catch_up_pulls_only_what_was_missed() -> None:
     assert api.since_seen[-2:] == [b"S1", 0]
 
 
+async def test_a_first_page_sent_ahead_is_used_only_from_its_since() -> None:
+    """The SYNC a client sent with its LOGIN is the pass's first page when it was asked
+    from where the pass starts; one asked from another `since` is left unused."""
+    api = FakeRequests([row(10, 3)], {})
+    inbox = Inbox(api, ClientStats())
+    reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    ahead = FirstPage(inbox.next_since, 7, reply)
+    await inbox.catch_up(ahead)  # the baseline, from 0
+    assert api.firsts == [ahead] and inbox.next_since == b"S1"
+    await inbox.catch_up(FirstPage(0, 8, reply))  # asked before the baseline moved on
+    assert api.firsts[1:] == [None] and api.since_seen == [0, b"S1"]
+    await inbox.catch_up()
+    assert api.firsts[2:] == [None]
+
+
 # --- against the gateway ---------------------------------------------------------------
 
 
@@ -256,6 +277,41 @@ async def test_connect_and_login(gateway: Gateway) -> None:
     assert not c.connected
     with pytest.raises(SessionEnded):
         await c.ping()
+
+
+def _frames_of(chunk: bytes) -> list[Any]:
+    return FrameDecoder(side=Side.SERVER).feed(chunk)
+
+
+async def test_the_catch_up_sync_goes_in_the_login_write(gateway: Gateway) -> None:
+    """docs/protocol.md: a client sends its first SYNC right behind its LOGIN. The bundled
+    client does, on its first connection and on every reconnect (from the kept since), and
+    the catch-up still finds what was missed."""
+    proxy = TcpProxy("127.0.0.1", gateway.port)
+    await proxy.start()
+    u1, u2 = new_uid(), new_uid()
+    try:
+        async with (
+            make_client(f"127.0.0.1:{proxy.port}", u1) as c,
+            make_client(gateway.addr, u2) as peer,
+        ):
+            login, sync = _frames_of(proxy.first_chunks[0])
+            assert isinstance(login, Login) and isinstance(sync, Sync) and sync.since == 0
+            conv = await peer.open_p2p(u1)
+            await peer.send(conv, b"before")
+            assert (await next_push(c)).content == b"before"
+            proxy.cut()  # the link drops; the client reconnects on its own
+            await peer.send(conv, b"while away")
+            await asyncio.sleep(0.3)
+            proxy.restore()
+            assert (await next_push(c)).content == b"while away"  # pulled by the catch-up
+            assert len(proxy.first_chunks) >= 2
+            login, sync = _frames_of(proxy.first_chunks[-1])
+            assert isinstance(login, Login) and isinstance(sync, Sync)
+            assert isinstance(sync.since, bytes)  # where the last pass ended: kept
+            assert c.stats.reconnects >= 1
+    finally:
+        await proxy.close()
 
 
 async def test_logout_takes_the_device_offline(gateway: Gateway) -> None:

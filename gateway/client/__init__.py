@@ -9,7 +9,10 @@ nothing was sent for `hb` seconds and drops a connection the server left silent 
 Reconnect and catch-up: after a dropped connection or a KICK draining / shutdown the
 reader task logs in again with exponential backoff and full jitter, cycling through
 the addresses (a KICK's reconnect_hint first), then runs SYNC from the kept `since`
-and PULLs every conversation whose max_seq is above what the client has seen. Missed
+and PULLs every conversation whose max_seq is above what the client has seen. That
+SYNC's first page is asked in the LOGIN's own write, as docs/protocol.md recommends:
+the server answers it in LOGIN_OK's write, a round trip fewer for every reconnect
+(thousands at once after a gateway restart). Missed
 messages come out of `incoming()` as `Push` frames, so the app reads one stream; the
 per-conversation record of seen seqs drops duplicates, so no message comes twice. A
 SYNC_HINT runs the same catch-up. Sends survive all this: `send` retries with the same

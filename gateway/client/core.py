@@ -20,7 +20,7 @@ from gateway.client.errors import (
     SessionEnded,
     kick_name,
 )
-from gateway.client.inbox import ClientStats, Event, Inbox
+from gateway.client.inbox import ClientStats, Event, FirstPage, Inbox
 from gateway.client.link import READ_CHUNK, Address, Link, open_link, parse_addresses
 from protocol.codec import encode
 from protocol.errors import FrameError
@@ -85,6 +85,12 @@ _SEND_AGAIN: Final = frozenset({0, ErrorCode.UNAVAILABLE, ErrorCode.OUTCOME_UNKN
 _R = TypeVar("_R")
 
 
+def _retrieve(fut: asyncio.Future[ServerFrame]) -> None:
+    """Mark a reply's exception as seen: nobody may await the future any more."""
+    if not fut.cancelled():
+        fut.exception()
+
+
 def _expect(reply: ServerFrame, cls: type[_R]) -> _R:
     if isinstance(reply, cls):
         return reply
@@ -122,8 +128,9 @@ class Client:
 
     __slots__ = (
         "_auto_reconnect", "_backoff_base", "_backoff_cap", "_catch_up", "_closing", "_ended",
-        "_heartbeat", "_hint", "_inbox", "_last_ping", "_last_tx", "_link", "_link_event",
-        "_next_addr", "_next_rid", "_pending", "_pongs", "_request_timeout", "_send_attempts",
+        "_first_sync", "_heartbeat", "_hint", "_inbox", "_last_ping", "_last_tx", "_link",
+        "_link_event", "_next_addr", "_next_rid", "_pending", "_pongs", "_request_timeout",
+        "_send_attempts",
         "_send_retry_s", "_task", "_timer", "_tls", "_token", "addresses", "device", "login_ok",
         "stats", "uid",
     )  # fmt: skip
@@ -174,6 +181,7 @@ class Client:
         self._last_ping = 0.0
         self._ended: SessionEnded | None = None
         self._closing = False
+        self._first_sync: FirstPage | None = None  # sent with the last LOGIN, for catch-up
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -216,7 +224,7 @@ class Client:
                 self._run(link), name=f"imgw-client-{self.uid}-{self.device}"
             )
             if self._catch_up:
-                await self._inbox.catch_up()
+                await self._inbox.catch_up(self._take_first_sync())
             return link.login_ok
         where = ",".join(f"{host}:{port}" for host, port in self.addresses)
         raise ConnectionLost(f"cannot connect to {where}: {failure}") from failure
@@ -384,13 +392,18 @@ class Client:
         return _expect(await self._ask(Sync(self._rid(), since, cursor, limit)), SyncResult)
 
     async def sync_all(
-        self, since: Opaque = 0, *, page: int = 0
+        self, since: Opaque = 0, *, page: int = 0, first: FirstPage | None = None
     ) -> tuple[Opaque, list[ConvRecord]]:
-        """Every page of one SYNC pass: (the next_since to keep, the rows)."""
+        """Every page of one SYNC pass: (the next_since to keep, the rows). `first`: the
+        pass's first page, already asked (from the same `since`)."""
         rows: list[ConvRecord] = []
         cursor: Opaque = 0
         while True:
-            result = await self.sync(since, cursor, page)
+            if first is not None:
+                result = _expect(await self._answer(first.rid, first.reply), SyncResult)
+                first = None
+            else:
+                result = await self.sync(since, cursor, page)
             rows.extend(result.convs)
             if not result.has_more or result.next_cursor == cursor:
                 return result.next_since, rows
@@ -476,6 +489,20 @@ class Client:
         finally:
             self._pending.pop(rid, None)
 
+    async def _answer(self, rid: int, waiter: asyncio.Future[ServerFrame]) -> ServerFrame:
+        """The reply to a request sent ahead (with a LOGIN), within the request timeout."""
+        try:
+            async with asyncio.timeout(self._request_timeout):
+                return await waiter
+        except TimeoutError:
+            raise RequestTimeout(f"no reply to SYNC rid {rid}") from None
+        finally:
+            self._pending.pop(rid, None)
+
+    def _take_first_sync(self) -> FirstPage | None:
+        first, self._first_sync = self._first_sync, None
+        return first
+
     async def _tell(self, frame: ClientFrame) -> None:
         """A frame without a reply (READ, DELIVERED, TYPING)."""
         link = self._need_link()
@@ -509,9 +536,29 @@ class Client:
         else:
             minted = source()
             token = await minted if inspect.isawaitable(minted) else minted
-        async with asyncio.timeout(self._request_timeout):
-            login = Login(1, PROTOCOL_VERSION, self.uid, self.device, token, _CAPS)
-            return await open_link(addr, login, self._tls)
+        login = Login(1, PROTOCOL_VERSION, self.uid, self.device, token, _CAPS)
+        first: FirstPage | None = None
+        then = b""
+        if self._catch_up:
+            # The catch-up's first SYNC goes in the LOGIN's write (docs/protocol.md): the
+            # server answers it in LOGIN_OK's write, one round trip and wakeup fewer, which
+            # after a gateway restart is thousands of clients at once.
+            reply: asyncio.Future[ServerFrame] = asyncio.get_running_loop().create_future()
+            reply.add_done_callback(_retrieve)  # a pass may not want it after all
+            first = FirstPage(self._inbox.next_since, self._rid(), reply)
+            self._pending[first.rid] = reply
+            self.stats.requests += 1
+            then = encode(Sync(first.rid, first.since, 0, 0))
+        try:
+            async with asyncio.timeout(self._request_timeout):
+                link = await open_link(addr, login, self._tls, then=then)
+        except BaseException:
+            if first is not None:
+                self._pending.pop(first.rid, None)
+                first.reply.cancel()
+            raise
+        self._first_sync = first
+        return link
 
     def _install(self, link: Link) -> None:
         loop = asyncio.get_running_loop()
@@ -573,7 +620,7 @@ class Client:
                 self.stats.reconnects += 1
                 self._install(link)
                 if self._catch_up:
-                    self._inbox.catch_up()
+                    self._inbox.catch_up(self._take_first_sync())
         except Exception as e:  # a bug: fail loudly, but never leave requests hanging
             self._kill(link, f"client failed: {e!r}")
             self._end(SessionEnded(f"client failed: {e!r}"))

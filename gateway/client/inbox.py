@@ -27,6 +27,7 @@ from protocol.frames import (
     PullResult,
     Push,
     ReadNotify,
+    ServerFrame,
     SyncHint,
     TypingNotify,
 )
@@ -36,6 +37,16 @@ Event: TypeAlias = Push | ReadNotify | TypingNotify | Notice | SyncHint | Kick |
 """What `Client.incoming()` yields: server-initiated frames, and ERRORs with rid 0."""
 
 CATCH_UP_PAGE: Final = 200  # the server's cap on a PULL
+
+
+@dataclass(slots=True)
+class FirstPage:
+    """A catch-up's first SYNC, sent ahead (in the LOGIN's write) from `since`: its rid
+    and the future its reply resolves."""
+
+    since: Opaque
+    rid: int
+    reply: asyncio.Future[ServerFrame]
 
 
 @dataclass(slots=True)
@@ -56,14 +67,16 @@ class Requests(Protocol):
     uid: int
 
     async def sync_all(
-        self, since: Opaque = 0, *, page: int = 0
+        self, since: Opaque = 0, *, page: int = 0, first: FirstPage | None = None
     ) -> tuple[Opaque, list[ConvRecord]]: ...
 
     async def pull(self, conv_id: int, after_seq: int = 0, limit: int = 0) -> PullResult: ...
 
 
 class Inbox:
-    __slots__ = ("_again", "_api", "_events", "_seen", "_since", "_task", "sending", "stats")
+    __slots__ = (
+        "_again", "_api", "_events", "_first", "_seen", "_since", "_task", "sending", "stats",
+    )  # fmt: skip
 
     def __init__(self, api: Requests, stats: ClientStats) -> None:
         self._api = api
@@ -73,6 +86,7 @@ class Inbox:
         self._since: Opaque | None = None  # None until a first SYNC pass completes
         self._task: asyncio.Task[None] | None = None
         self._again = False
+        self._first: FirstPage | None = None  # sent ahead, for the next pass
         self.sending: set[str] = set()  # client_msg_ids of sends awaiting their ack
 
     # -- the queue ------------------------------------------------------------------------
@@ -131,8 +145,16 @@ class Inbox:
         task = self._task
         return task if task is not None and not task.done() else None
 
-    def catch_up(self) -> asyncio.Task[None]:
-        """Start a catch-up pass, or ask the running one for another pass."""
+    @property
+    def next_since(self) -> Opaque:
+        """Where the next pass's SYNC starts."""
+        return 0 if self._since is None else self._since
+
+    def catch_up(self, first: FirstPage | None = None) -> asyncio.Task[None]:
+        """Start a catch-up pass, or ask the running one for another pass. `first`: the
+        pass's first SYNC, already sent (with a new connection's LOGIN)."""
+        if first is not None:
+            self._first = first
         task = self.catching_up
         if task is not None:
             self._again = True
@@ -158,9 +180,12 @@ class Inbox:
 
     async def _pass(self) -> None:
         baseline = self._since is None
-        since: Opaque = 0 if self._since is None else self._since
+        since = self.next_since
+        first, self._first = self._first, None
+        if first is not None and first.since != since:
+            first = None  # asked from another since: its answer is not this pass's
         try:
-            next_since, rows = await self._api.sync_all(since)
+            next_since, rows = await self._api.sync_all(since, first=first)
         except ClientError as e:
             if e.code != ErrorCode.BAD_REQUEST or since == 0:
                 raise

@@ -67,8 +67,13 @@ class Link:
             await self.writer.wait_closed()
 
 
-async def open_link(addr: Address, login: Login, tls: ssl.SSLContext | None = None) -> Link:
-    """Connect and LOGIN (bound it with asyncio.timeout).
+async def open_link(
+    addr: Address, login: Login, tls: ssl.SSLContext | None = None, *, then: bytes = b""
+) -> Link:
+    """Connect and LOGIN (bound it with asyncio.timeout). `then`: encoded requests sent
+    in the LOGIN's write, right behind it (docs/protocol.md allows it: the server handles
+    them once the LOGIN succeeded and answers the first in LOGIN_OK's write); their
+    answers come after LOGIN_OK, in the link's `backlog` or later.
 
     Raises ClientError with the server's ERROR (auth_failed...), ConnectionLost if the
     server closes first, OSError if it cannot be reached.
@@ -76,7 +81,7 @@ async def open_link(addr: Address, login: Login, tls: ssl.SSLContext | None = No
     reader, writer = await asyncio.open_connection(*addr, ssl=tls)
     try:
         decoder = FrameDecoder(max_frame=MAX_INBOUND_FRAME, side=Side.CLIENT)
-        writer.write(encode(login))
+        writer.write(encode(login) + then)
         frames: list[Frame | Invalid] = []
         while not frames:
             data = await reader.read(READ_CHUNK)

@@ -28,6 +28,7 @@ class TcpProxy:
         self.port = 0
         self._hold: tuple[bytes, float] | None = None
         self.held = 0  # chunks held so far
+        self.first_chunks: list[bytes] = []  # each connection's first client-to-server read
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -55,8 +56,12 @@ class TcpProxy:
     async def _pipe(
         self, src: asyncio.StreamReader, dst: asyncio.StreamWriter, upstream: bool
     ) -> None:
+        first = upstream
         with contextlib.suppress(OSError, ConnectionError):
             while data := await src.read(65536):
+                if first:
+                    self.first_chunks.append(data)
+                    first = False
                 if upstream and self._hold is not None and self._hold[0] in data:
                     self.held += 1
                     await asyncio.sleep(self._hold[1])
