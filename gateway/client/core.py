@@ -130,9 +130,8 @@ class Client:
         "_auto_reconnect", "_backoff_base", "_backoff_cap", "_catch_up", "_closing", "_ended",
         "_first_sync", "_heartbeat", "_hint", "_inbox", "_last_ping", "_last_tx", "_link",
         "_link_event", "_next_addr", "_next_rid", "_pending", "_pongs", "_request_timeout",
-        "_send_attempts",
-        "_send_retry_s", "_task", "_timer", "_tls", "_token", "addresses", "device", "login_ok",
-        "stats", "uid",
+        "_send_attempts", "_send_retry_s", "_task", "_timer", "_tls", "_token", "addresses",
+        "device", "login_ok", "stats", "uid",
     )  # fmt: skip
 
     def __init__(
