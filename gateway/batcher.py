@@ -6,7 +6,10 @@ grow with load and latency stays about one commit). Up to `max_inflight` batches
 at once, on separate store connections, so one batch's round trips overlap another's.
 
 The delay adapts to the arrival rate. At a low rate, where waiting would gather nothing,
-a message waits `max_delay_s` (2 ms). Once the rate is high enough that a longer wait
+a message waits `max_delay_s`; at 0 (the default) its batch goes at the end of the
+event-loop iteration that queued it, with whatever else that iteration queued: no timer
+and no wakeup of its own (a 2 ms wait cost 3-9 % more gateway CPU per message and 2 ms
+of latency below 200 msg/s, gathering nothing). Once the rate is high enough that a longer wait
 fills a batch, a message waits up to `max_wait_s` (10 ms) for `min_batch` to gather: a
 commit costs about as much CPU for 3 messages as for 30, and the wait costs a user
 nothing they notice. Under load the batch fills before the wait ends.
@@ -81,7 +84,7 @@ class SendBatcher:
         self._loop = asyncio.get_running_loop()
         self._rate_at = self._loop.time()
         self._queue: list[_Item] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._busy: set[int] = set()  # conversations in a committing batch
         self._idle = asyncio.Event()
@@ -97,7 +100,7 @@ class SendBatcher:
         self._arrivals += 1
         self._idle.clear()
         if len(self._inflight) < self._max_inflight:
-            self._schedule(now)
+            self._schedule(now, queued_now=True)
         return fut
 
     def delay(self, now: float) -> float:
@@ -112,18 +115,23 @@ class SendBatcher:
             return self._max_delay  # waiting longer would gather nothing
         return max(self._max_delay, min(self._max_wait, self._min_batch / self._rate))
 
-    def _schedule(self, now: float) -> None:
+    def _schedule(self, now: float, queued_now: bool = False) -> None:
         """A commit slot is free: start a batch if one is due, else have a timer do it
-        when the oldest queued message has waited long enough."""
+        when the oldest queued message has waited long enough. `queued_now`: a message
+        was just queued, and one due at once waits for the end of this loop iteration,
+        so that what else the iteration queues (the rest of a read) goes with it."""
         queue = self._queue
         if self._closed or len(queue) >= self._min_batch:
             self._flush()
             return
         due = queue[0][2] + self.delay(now)
-        if due <= now:
+        if due <= now and not queued_now:
             self._flush()
         elif self._timer is None:
-            self._timer = self._loop.call_at(due, self._flush)
+            if due <= now:
+                self._timer = self._loop.call_soon(self._flush)
+            else:
+                self._timer = self._loop.call_at(due, self._flush)
 
     @property
     def pending(self) -> int:

@@ -104,7 +104,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate-burst", type=int, help="sends per uid in a burst (200)")
     p.add_argument("--rate-per-s", type=float, help="sustained sends per uid per second (100)")
     p.add_argument("--batch-max", type=int, help="messages per group commit (512)")
-    p.add_argument("--batch-delay-ms", type=float, help="a batch's wait at low rates, ms (2)")
+    p.add_argument(
+        "--batch-delay-ms", type=float,
+        help="a batch's wait at low rates, ms (0: it goes at the end of the loop iteration "
+        "that queued it)",
+    )  # fmt: skip
     p.add_argument(
         "--batch-min", type=int,
         help="a batch starts once this many SENDs wait (32) ...",

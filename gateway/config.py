@@ -100,7 +100,9 @@ class Config:
     max_conversations: int = 10_000
     # Send batcher.
     batch_max: int = 512
-    batch_delay_ms: float = 2.0  # a batch's wait at low rates, where waiting gathers nothing
+    # A batch's wait at low rates, where waiting gathers nothing (0: it goes at the end of
+    # the loop iteration that queued it).
+    batch_delay_ms: float = 0.0
     batch_min: int = 32  # a batch starts once this many wait ...
     batch_wait_ms: float = 10.0  # ... or after this long, at rates that can fill it
     batch_inflight: int = 2  # group commits running at once (disjoint conversations)

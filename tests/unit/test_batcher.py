@@ -122,3 +122,18 @@ async def test_a_lone_message_is_not_held_for_the_long_wait() -> None:
         await asyncio.sleep(0.6)
     assert max(waits) < 0.25, waits  # not the 0.5 s max_wait
     assert store.sizes == [1] * 4
+
+
+async def test_a_batch_due_at_once_takes_what_its_loop_iteration_queued() -> None:
+    """With no delay at low rates (the default), a batch goes at the end of the event-loop
+    iteration that queued its first message: SENDs read together commit together, not
+    the first ones alone."""
+    store = SizeStore()
+    batcher = SendBatcher(store, max_batch=512, max_delay_s=0.0, min_batch=32,  # type: ignore[arg-type]
+                          max_wait_s=0.01)  # fmt: skip
+    first = [batcher.submit(NewMessage(i, 1, f"a{i}", 1, b"")) for i in range(5)]
+    await asyncio.gather(*first)
+    assert store.sizes == [5]
+    await asyncio.sleep(0.05)  # later, a lone message goes alone, without waiting
+    await batcher.submit(NewMessage(9, 1, "lone", 1, b""))
+    assert store.sizes == [5, 1]
