@@ -71,8 +71,13 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--gateway-arg", action="append", default=[], metavar="ARG",
         help="extra imgw serve argument, repeatable (--gateway-arg=--batch-max=256)",
     )  # fmt: skip
+    g.add_argument(
+        "--gateway-log", type=Path, metavar="PATH",
+        help="keep the spawned gateway's log here (default: a temporary file, kept only "
+        "when the run fails)",
+    )  # fmt: skip
     # Settings of bench.run.Run without flags here (python -m bench.send_bench has some).
-    p.set_defaults(gateway_port=0, gateway_log=None, metrics_url=None)
+    p.set_defaults(gateway_port=0, metrics_url=None)
 
 
 def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:

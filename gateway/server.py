@@ -121,6 +121,17 @@ class Server:
         await node.start()
         node.max_connections = connection_cap(cfg.max_connections, nofile)
         self._report_connection_cap(nofile)
+        if cfg.admin_port:
+            # Before the client port serves: a node that cannot bind it (a port still held
+            # by a killed predecessor that is exiting) fails without having taken a client.
+            self._admin = AdminServer(
+                node,
+                cfg.admin_host,
+                cfg.admin_port,
+                on_drain=self._drain_soon,
+                token=cfg.admin_token,
+            )
+            await self._admin.start()
         loop = asyncio.get_running_loop()
         # The socket bound before the backends (take what waits in it), else bind now.
         where: dict[str, Any] = (
@@ -136,15 +147,6 @@ class Server:
             ssl_handshake_timeout=cfg.login_timeout if cfg.tls_cert else None,
             **where,
         )
-        if cfg.admin_port:
-            self._admin = AdminServer(
-                node,
-                cfg.admin_host,
-                cfg.admin_port,
-                on_drain=self._drain_soon,
-                token=cfg.admin_token,
-            )
-            await self._admin.start()
         self.log.info(
             "imgw listening",
             host=cfg.host,

@@ -162,6 +162,8 @@ class Transactions:
                 conn = await pool.acquire()
         except (db_errors.Error, OSError, TimeoutError) as e:
             raise StoreUnavailable(f"MySQL unavailable: {e!r}") from e
+        except RuntimeError as e:  # the pool closed under it: the node is stopping
+            raise StoreUnavailable(f"MySQL store closed: {e}") from e
         healthy = False
         try:
             yield conn

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.listen import bind_listener
 from gateway.node import Node
 from gateway.server import Server
 from gateway.supervisor import Supervisor
@@ -119,3 +120,27 @@ def test_serve_on_a_port_in_use_says_so_and_exits_1(tmp_path: Path, workers: int
         )  # fmt: skip
     assert done.returncode == 1, done
     assert "cannot listen" in done.stderr + done.stdout, done
+
+
+async def test_a_node_that_cannot_bind_its_admin_port_takes_no_client(tmp_path: Path) -> None:
+    """A worker restarted after a crash may find its admin port still held by the killed
+    predecessor, whose exit is still closing thousands of sockets. Its start fails; the
+    clients waiting in the shared backlog must not be taken by it (and then be left
+    without an answer, or answered `internal` when its store closes under their SYNC)."""
+    port = free_port()
+    listener = bind_listener("127.0.0.1", port, reuse_port=False, backlog=16)
+    assert listener is not None
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        w = await Wire.open(port)  # completed by the kernel into the backlog
+        await w.send(Login(1, 1, 7, "d1", token(7, "d1")))
+        server = Server(
+            make_config(tmp_path, port=port, admin_port=busy.getsockname()[1]), listener=listener
+        )
+        with pytest.raises(OSError):
+            await server.start()
+        # Never served: reset with the listener, nothing written to it.
+        assert await w.closed(timeout=5) == []
+    if server.backends is not None:
+        await server.backends.store.close()

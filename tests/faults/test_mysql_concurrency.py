@@ -67,3 +67,21 @@ async def test_migrate_upgrades_a_version_1_database() -> None:
     finally:
         conn.close()
         await drop_mysql(url)
+
+
+async def test_a_request_that_meets_the_closed_pool_is_unavailable() -> None:
+    """A node that stops (or fails to start) closes its pool under requests still in
+    flight: they are answered `unavailable` (retry elsewhere), not `internal` from the
+    driver's RuntimeError (seen in a reconnect storm whose new workers failed to start)."""
+    url = await fresh_mysql()
+    store = MySQLStore(MySQLSettings.from_url(url))
+    await store.start()
+    try:
+        conv = await store.open_p2p(1, 2)
+    finally:
+        await store.close()
+    try:
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await store.max_seq(conv)
+    finally:
+        await drop_mysql(url)
