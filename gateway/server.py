@@ -19,6 +19,7 @@ and keeps it renewed; else it uses worker id 0 (one process per store).
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import os
 import signal
@@ -48,6 +49,8 @@ from storage.redis.lease import WorkerIdLease
 from storage.snowflake import Snowflake
 
 FLUSH_WAIT_S: Final = 2.0
+ADMIN_BIND_WAIT_S: Final = 5.0  # how long a starting node waits for its admin port
+ADMIN_BIND_STEP_S: Final = 0.1
 LEASE_ATTEMPTS: Final = 3  # a starting node's tries for its snowflake worker id
 
 
@@ -122,8 +125,8 @@ class Server:
         node.max_connections = connection_cap(cfg.max_connections, nofile)
         self._report_connection_cap(nofile)
         if cfg.admin_port:
-            # Before the client port serves: a node that cannot bind it (a port still held
-            # by a killed predecessor that is exiting) fails without having taken a client.
+            # Before the client port serves: a node that cannot bind it fails without
+            # having taken a client.
             self._admin = AdminServer(
                 node,
                 cfg.admin_host,
@@ -131,7 +134,7 @@ class Server:
                 on_drain=self._drain_soon,
                 token=cfg.admin_token,
             )
-            await self._admin.start()
+            await self._bind_admin(self._admin)
         loop = asyncio.get_running_loop()
         # The socket bound before the backends (take what waits in it), else bind now.
         where: dict[str, Any] = (
@@ -157,6 +160,29 @@ class Server:
             bus=cfg.bus,
             admin_port=cfg.admin_port or None,
         )
+
+    async def _bind_admin(self, admin: AdminServer) -> None:
+        """Bind the admin port, waiting up to ADMIN_BIND_WAIT_S while it is in use: after
+        a kill -9 the predecessor holds it until its exit has closed every socket (a
+        second or two with 15,000 connections), and a worker that gave up at once would
+        be restarted, opening its backends again, while its clients wait."""
+        deadline = time.monotonic() + ADMIN_BIND_WAIT_S
+        warned = False
+        while True:
+            try:
+                await admin.start()
+                return
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE or time.monotonic() >= deadline:
+                    raise
+            if not warned:
+                warned = True
+                self.log.warning(
+                    "admin port in use; waiting for it (a killed predecessor exiting?)",
+                    port=self.config.admin_port,
+                    wait_s=ADMIN_BIND_WAIT_S,
+                )
+            await asyncio.sleep(ADMIN_BIND_STEP_S)
 
     async def _start_media(self, node: Node) -> None:
         """Media by object key (gateway/media.py): its index, and for a file:// root the

@@ -122,11 +122,43 @@ def test_serve_on_a_port_in_use_says_so_and_exits_1(tmp_path: Path, workers: int
     assert "cannot listen" in done.stderr + done.stdout, done
 
 
-async def test_a_node_that_cannot_bind_its_admin_port_takes_no_client(tmp_path: Path) -> None:
-    """A worker restarted after a crash may find its admin port still held by the killed
-    predecessor, whose exit is still closing thousands of sockets. Its start fails; the
-    clients waiting in the shared backlog must not be taken by it (and then be left
-    without an answer, or answered `internal` when its store closes under their SYNC)."""
+async def test_a_node_whose_admin_port_is_held_waits_for_it_then_serves(
+    tmp_path: Path,
+) -> None:
+    """A worker started after a crash finds its admin port still held by the killed
+    predecessor until that one's exit has closed its sockets: it waits for the port,
+    taking no client meanwhile, then serves those that waited in the backlog."""
+    port = free_port()
+    listener = bind_listener("127.0.0.1", port, reuse_port=False, backlog=16)
+    assert listener is not None
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    admin_port = busy.getsockname()[1]
+    w = await Wire.open(port)  # completed by the kernel into the backlog
+    await w.send(Login(1, 1, 7, "d1", token(7, "d1")))
+    server = Server(make_config(tmp_path, port=port, admin_port=admin_port), listener=listener)
+    starting = asyncio.create_task(server.start())
+    try:
+        assert await w.quiet(0.5) == []  # not served while the admin port is held
+        assert not starting.done()
+        busy.close()  # the predecessor's exit completes
+        await asyncio.wait_for(starting, 10)
+        assert isinstance(await w.recv(timeout=5), LoginOk)
+    finally:
+        busy.close()
+        if not starting.done():
+            starting.cancel()
+        await server.shutdown()
+
+
+async def test_a_node_that_cannot_bind_its_admin_port_takes_no_client(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker whose admin port stays held fails to start; the clients waiting in the
+    shared backlog must not be taken by it (and then be left without an answer, or
+    answered `internal` when its store closes under their SYNC)."""
+    monkeypatch.setattr("gateway.server.ADMIN_BIND_WAIT_S", 0.3)
     port = free_port()
     listener = bind_listener("127.0.0.1", port, reuse_port=False, backlog=16)
     assert listener is not None
