@@ -134,6 +134,11 @@ class SendBatcher:
                 self._timer = self._loop.call_at(due, self._flush)
 
     @property
+    def max_inflight(self) -> int:
+        """Batches that may commit at once."""
+        return self._max_inflight
+
+    @property
     def pending(self) -> int:
         return len(self._queue)
 

@@ -118,7 +118,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         help="... or once the oldest waited this long, at rates that fill it (10; "
         "set it to --batch-delay-ms for a fixed wait)",
     )  # fmt: skip
-    p.add_argument("--batch-inflight", type=int, help="group commits running at once (2)")
+    p.add_argument(
+        "--batch-inflight",
+        type=int,
+        help="group commits running at once (default: 4 on MySQL, 2 embedded)",
+    )
     p.add_argument("--shutdown-timeout", type=float, help="seconds to finish in-flight sends")
     p.add_argument(
         "--workers", type=int,

@@ -105,7 +105,9 @@ class Config:
     batch_delay_ms: float = 0.0
     batch_min: int = 32  # a batch starts once this many wait ...
     batch_wait_ms: float = 10.0  # ... or after this long, at rates that can fill it
-    batch_inflight: int = 2  # group commits running at once (disjoint conversations)
+    # Group commits running at once (disjoint conversations); 0: the store's own
+    # `commit_slots` (4 on MySQL, 2 on the embedded store's single writer).
+    batch_inflight: int = 0
     max_pending_sends: int = 20_000  # queued beyond this, SEND is refused as unavailable
     # Queued SENDs at which the gateway stops reading from the connections that send
     # (TCP pushes back on them) until the queue is down to half: under overload it commits
@@ -193,9 +195,9 @@ class Config:
             raise ConfigError(f"need 0 < hb < idle, got hb={self.hb} idle={self.idle}")
         if self.max_content > self.max_frame - 256:
             raise ConfigError("max_content must leave room in max_frame for the SEND header")
-        if self.max_inflight_requests < 2 or self.batch_max < 1 or self.batch_inflight < 1:
+        if self.max_inflight_requests < 2 or self.batch_max < 1 or self.batch_inflight < 0:
             raise ConfigError(
-                "need max_inflight_requests >= 2, batch_max >= 1, batch_inflight >= 1"
+                "need max_inflight_requests >= 2, batch_max >= 1, batch_inflight >= 0"
             )
         if self.send_backpressure < 2:
             raise ConfigError("send_backpressure must be >= 2 (queued SENDs)")

@@ -126,7 +126,7 @@ class Node:
             store,
             max_batch=config.batch_max,
             max_delay_s=config.batch_delay_ms / 1000,
-            max_inflight=config.batch_inflight,
+            max_inflight=config.batch_inflight or store.commit_slots,
             min_batch=config.batch_min,
             max_wait_s=config.batch_wait_ms / 1000,
             on_batch=self._after_batch,

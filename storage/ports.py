@@ -34,6 +34,9 @@ from storage.models import (
 class ChatStore(Protocol):
     """The authority: conversations, members, messages, seqs, read and delivered positions."""
 
+    # How many group commits (`append`) pay to run at once: the send batcher's default.
+    commit_slots: int
+
     async def start(self) -> None: ...
 
     async def close(self) -> None: ...

@@ -73,6 +73,8 @@ def _snapshot(conv_id: int, version: int, rows: Sequence[Membership]) -> MemberS
 
 
 class ProductionStore:
+    commit_slots = MySQLStore.commit_slots
+
     def __init__(
         self, mysql: MySQLStore, cache: RedisCache, recent: RecentCache | None = None
     ) -> None:

@@ -101,6 +101,10 @@ class _Members:
 
 
 class EmbeddedStore:
+    # One writer thread: a second batch gathers while one commits; more would only
+    # queue smaller batches behind it.
+    commit_slots = 2
+
     def __init__(
         self,
         path: str,

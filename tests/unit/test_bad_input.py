@@ -38,7 +38,7 @@ BAD = [
     ("serve --batch-wait-ms -1", "batch_wait_ms must be a number >= 0"),
     ("serve --batch-max 0", "batch_max >= 1"),
     ("serve --batch-min 0", "batch_min >= 1"),
-    ("serve --batch-inflight 0", "batch_inflight >= 1"),
+    ("serve --batch-inflight -1", "batch_inflight >= 0"),
     ("serve --rate-burst 0", "rate_burst >= 1"),
     ("serve --rate-per-s nan", "rate_per_s > 0"),
     ("serve --workers 0", "workers >= 1"),

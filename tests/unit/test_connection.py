@@ -5,6 +5,7 @@ wheel's decisions (`on_timer`) driven with chosen times, no sleeping."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -242,3 +243,20 @@ async def test_a_full_node_refuses_the_connection(node: Node) -> None:
     connect(node)
     conn, t = connect(node)
     assert t.aborted and conn.state == State.CLOSED and conn.conn_id == 0
+
+
+async def test_the_batcher_runs_as_many_commits_at_once_as_the_store_pays_for(
+    node: Node, tmp_path: Path
+) -> None:
+    """The default (`batch_inflight` 0) is the store's own: 2 on the embedded store's
+    single writer, 4 on MySQL; a value given wins."""
+    assert node.config.batch_inflight == 0
+    assert node.batcher.max_inflight == 2
+    from storage.mysql import MySQLSettings, MySQLStore
+
+    mysql = MySQLStore(MySQLSettings.from_url("mysql://root:@127.0.0.1:1/none"))  # never opened
+    for chosen, expected in ((0, 4), (3, 3)):
+        config = dataclasses.replace(node.config, batch_inflight=chosen)
+        n = Node(config, node_id="unit2", store=mysql, routes=node.routes, bus=node.bus)
+        assert n.batcher.max_inflight == expected
+        n.close()
