@@ -68,9 +68,10 @@ def ramp_up(
     return view, time.monotonic() - started
 
 
-def cpu_us_per(run: Run, t0: float, t1: float, ops: int) -> float | None:
-    """The gateway's CPU µs per operation over [t0, t1] (force-sampled at both ends)."""
-    cpu = run.sampler.cpu_seconds("gateway", t0, t1)
+def cpu_us_per(run: Run, t0: float, t1: float, ops: int, group: str = "gateway") -> float | None:
+    """The CPU µs per operation of `group` (the gateway's processes, or the generators')
+    over [t0, t1] (force-sampled at both ends)."""
+    cpu = run.sampler.cpu_seconds(group, t0, t1)
     return round(1e6 * cpu / ops, 1) if cpu is not None and ops > 0 else None
 
 
@@ -93,9 +94,11 @@ def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict
         progress_line("hold", now - t0, view, target, 0, run.sampler)
     run.sample(force=True)
     pongs = view.pongs - pongs0
+    t_end = time.monotonic()
     return {
         "pings": pongs,
-        "cpu_us_per_ping": cpu_us_per(run, t_start, time.monotonic(), pongs),
+        "cpu_us_per_ping": cpu_us_per(run, t_start, t_end, pongs),
+        "generator_cpu_us_per_ping": cpu_us_per(run, t_start, t_end, pongs, "generators"),
         "view": view,
         "held_min": held_min,
         "drops": view.drops - drops0,
@@ -133,6 +136,9 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         f"processes (source addresses {fleet.src_ip(0)}..), heartbeat every {args.hb} s"
     )
     fleet.start(run.host, run.port, run.kid, run.secret, uid0=_uid0())
+    # The generators' CPU per PING too: on loopback each side pays for the other end's
+    # TCP receive path, and at a million connections they need as much as the gateway.
+    run.sampler.watch("generators", fleet.pids)
     try:
         ramp_s = n / args.ramp + 60 + n / 5_000
         view, took = ramp_up(run, fleet, n, "ramp", ramp_s, t0)
@@ -147,6 +153,7 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         h = hold(run, fleet, args.hold, n, t0)
         result["pings_answered"] = h["pings"]
         result["gateway_cpu_us_per_ping"] = h["cpu_us_per_ping"]
+        result["generator_cpu_us_per_ping"] = h["generator_cpu_us_per_ping"]
         gen_rss, gen_base = h["view"].rss, h["view"].rss_baseline
     finally:
         fleet.stop()

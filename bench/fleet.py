@@ -144,6 +144,10 @@ class Fleet:
             view.unavailable_over_2 += m[14]
         return view
 
+    def pids(self) -> list[int]:
+        """The generator processes still running."""
+        return [p.pid for p in self.procs if p.pid is not None and p.is_alive()]
+
     def stop(self) -> None:
         for ctrl in self.ctrls:
             with contextlib.suppress(OSError):

@@ -94,6 +94,7 @@ CPU_FIGURES = (
     ("loadgen_cpu_us_per_msg", "generators per message"),
     ("gateway_cpu_us_per_login", "gateway per login"),
     ("gateway_cpu_us_per_ping", "gateway per PING"),
+    ("generator_cpu_us_per_ping", "generators per PING (and its PONG)"),
     ("gateway_cpu_us_per_sync", "gateway per SYNC"),
     ("gateway_cpu_us_per_catch_up", "gateway per receiver caught up"),
 )

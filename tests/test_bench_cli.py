@@ -59,6 +59,7 @@ def test_connect_holds_every_connection(tmp_path: Path) -> None:
     assert 0 < r["generator_rss_per_conn_bytes"] < 20_000
     assert len(r["charts"]) == 2 and r["timeline"][-1]["held"] == 1500
     assert r["gateway_cpu_us_per_login"] > 0 and r["gateway_cpu_us_per_ping"] is not None
+    assert r["generator_cpu_us_per_ping"] is not None
 
 
 def test_connect_on_production_backends_with_two_workers(tmp_path: Path) -> None:
