@@ -34,6 +34,7 @@ import uvloop
 from gateway.admin import AdminServer
 from gateway.config import REDIS_URLS, Config
 from gateway.connection import Connection
+from gateway.fdtransport import FdServer
 from gateway.gctune import quiet_gc
 from gateway.hostport import split_host_port
 from gateway.limits import connection_cap, raise_nofile
@@ -76,7 +77,7 @@ class Server:
         self._listener = listener
         self.node: Node | None = None
         self.backends: Backends | None = None
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | FdServer | None = None
         self._admin: AdminServer | None = None
         self.media_http: MediaHttpServer | None = None  # --media-listen
         self._lease: WorkerIdLease | None = None
@@ -136,20 +137,36 @@ class Server:
             )
             await self._bind_admin(self._admin)
         loop = asyncio.get_running_loop()
+        tls = cfg.tls_context()
         # The socket bound before the backends (take what waits in it), else bind now.
-        where: dict[str, Any] = (
-            {"sock": self._listener}
-            if self._listener is not None
-            else {"host": cfg.host, "port": cfg.port, "reuse_address": True,
-                  "reuse_port": self.reuse_port or None}
-        )  # fmt: skip
-        self._server = await loop.create_server(
-            node.protocol_factory,
-            backlog=BACKLOG,
-            ssl=cfg.tls_context(),
-            ssl_handshake_timeout=cfg.login_timeout if cfg.tls_cert else None,
-            **where,
-        )
+        listener = self._listener
+        if listener is None and tls is None:
+            listener = bind_listener(
+                cfg.host, cfg.port, reuse_port=self.reuse_port, backlog=BACKLOG
+            )
+        if tls is None and listener is not None:
+            # Plain TCP: connections as bare file descriptors (gateway/fdtransport.py),
+            # about 520 bytes fewer each than uvloop's transports.
+            fd_server = FdServer(
+                loop, listener, node.protocol_factory,
+                want_peer=bool(cfg.max_connections_per_ip),
+            )  # fmt: skip
+            fd_server.start()
+            self._server = fd_server
+        else:
+            where: dict[str, Any] = (
+                {"sock": listener}
+                if listener is not None
+                else {"host": cfg.host, "port": cfg.port, "reuse_address": True,
+                      "reuse_port": self.reuse_port or None}
+            )  # fmt: skip
+            self._server = await loop.create_server(
+                node.protocol_factory,
+                backlog=BACKLOG,
+                ssl=tls,
+                ssl_handshake_timeout=cfg.login_timeout if cfg.tls_cert else None,
+                **where,
+            )
         self.log.info(
             "imgw listening",
             host=cfg.host,

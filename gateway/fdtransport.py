@@ -1,0 +1,291 @@
+"""Plain-TCP client connections as bare file descriptors, without uvloop's transports.
+
+uvloop's TCP transport and its libuv handle take 1,225 of the ~2,025 bytes of an idle
+logged-in connection. Here a connection is its socket's file descriptor, watched with
+`loop.add_reader`, and one small `FdTransport` that implements what `Connection` uses
+of `asyncio.Transport`: write (straight to the socket; what the kernel does not take
+waits for `add_writer`), writelines, close (after what waits is written), abort,
+pause/resume reading, and the pause_writing/resume_writing calls past a high-water
+mark. Reads go into one buffer shared by the server's connections (`os.readv`) and
+are handed over as bytes.
+
+Measured with `bench.transport_probe` (bench/results/README.md, session 12): 812 bytes
+per idle connection against 1,334 with uvloop's transport, and the same CPU per PING.
+
+TLS connections and a host that names several addresses keep uvloop's `create_server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+from collections.abc import Callable
+from typing import Any, Final
+
+import structlog
+
+HIGH_WATER: Final = 64 * 1024  # as uvloop: pause_writing past it ...
+LOW_WATER: Final = 16 * 1024  # ... resume_writing at or below it
+READ_SIZE: Final = 256 * 1024  # as uvloop: one read takes up to this much
+ACCEPT_BATCH: Final = 512  # connections accepted per readiness of the listener
+ACCEPT_PAUSE_S: Final = 1.0  # out of files (or memory): accept again after this
+_ACCEPT_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+log = structlog.get_logger("imgw")
+
+
+class FdTransport(asyncio.Transport):
+    """One connection. `_out` is None while nothing waits to be written (an idle
+    connection owns no list)."""
+
+    __slots__ = ("_closing", "_fd", "_out", "_out_size", "_paused", "_protocol", "_reading", "_srv")
+
+    def __init__(
+        self, srv: FdServer, fd: int, protocol: asyncio.Protocol, peer: Any = None
+    ) -> None:
+        self._extra = {"peername": peer} if peer is not None else None
+        self._srv = srv
+        self._fd = fd
+        self._protocol = protocol
+        self._out: list[bytes] | None = None
+        self._out_size = 0
+        self._closing = False
+        self._reading = False
+        self._paused = False  # pause_writing was called, resume_writing not yet
+
+    # -- asyncio.Transport ----------------------------------------------------------------
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        extra = self._extra
+        return default if extra is None else extra.get(name, default)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def is_reading(self) -> bool:
+        return self._reading
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._protocol
+
+    def get_write_buffer_size(self) -> int:
+        return self._out_size
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._fd < 0 or not data:
+            return
+        if self._out is not None:
+            self._out.append(bytes(data))
+            self._out_size += len(data)
+            self._check_high()
+            return
+        try:
+            n = os.write(self._fd, data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._fail(e)
+            return
+        if n == len(data):
+            return
+        self._out = [bytes(data[n:])]
+        self._out_size = len(data) - n
+        self._srv.loop.add_writer(self._fd, _writable, self)
+        self._check_high()
+
+    def writelines(self, list_of_data: Any) -> None:
+        self.write(b"".join(list_of_data))
+
+    def pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            self._srv.loop.remove_reader(self._fd)
+
+    def resume_reading(self) -> None:
+        if not self._reading and not self._closing and self._fd >= 0:
+            self._reading = True
+            self._srv.loop.add_reader(self._fd, _readable, self)
+
+    def close(self) -> None:
+        """Stop reading; close once what waits has been written."""
+        if self._closing:
+            return
+        self._closing = True
+        self.pause_reading()
+        if self._out is None:
+            self._srv.loop.call_soon(self._finish, None)
+
+    def abort(self) -> None:
+        self._fail(None)
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _check_high(self) -> None:
+        if not self._paused and self._out_size > HIGH_WATER:
+            self._paused = True
+            self._protocol.pause_writing()
+
+    def _fail(self, exc: Exception | None) -> None:
+        """Drop what waits and close now (abort, or a socket error)."""
+        if self._fd < 0:
+            return
+        if not self._closing:
+            self._closing = True
+            self.pause_reading()
+        if self._out is not None:
+            self._out = None
+            self._out_size = 0
+            self._srv.loop.remove_writer(self._fd)
+        self._srv.loop.call_soon(self._finish, exc)
+
+    def _finish(self, exc: Exception | None) -> None:
+        fd = self._fd
+        if fd < 0:
+            return
+        loop = self._srv.loop
+        if self._reading:
+            self._reading = False
+            loop.remove_reader(fd)
+        if self._out is not None:
+            self._out = None
+            self._out_size = 0
+            loop.remove_writer(fd)
+        self._fd = -1
+        os.close(fd)
+        self._srv.open -= 1
+        self._protocol.connection_lost(exc)
+
+
+def _readable(t: FdTransport) -> None:
+    srv = t._srv
+    try:
+        n = os.readv(t._fd, srv.bufs)
+    except (BlockingIOError, InterruptedError):
+        return
+    except OSError as e:
+        t._fail(e)
+        return
+    if n == 0:  # EOF: the protocol says whether to keep our side open (the gateway: no)
+        keep = t._protocol.eof_received()
+        if keep:
+            t.pause_reading()
+        else:
+            t.close()
+        return
+    t._protocol.data_received(srv.view[:n].tobytes())
+
+
+def _writable(t: FdTransport) -> None:
+    out = t._out
+    if out is None or t._fd < 0:
+        return
+    data = out[0] if len(out) == 1 else b"".join(out)
+    try:
+        n = os.write(t._fd, data)
+    except (BlockingIOError, InterruptedError):
+        return
+    except OSError as e:
+        t._fail(e)
+        return
+    if n < len(data):
+        t._out = [data[n:]]
+        t._out_size = len(data) - n
+    else:
+        t._out = None
+        t._out_size = 0
+        t._srv.loop.remove_writer(t._fd)
+    if t._paused and t._out_size <= LOW_WATER:
+        t._paused = False
+        t._protocol.resume_writing()
+    if t._out is None and t._closing:
+        t._finish(None)
+
+
+class FdServer:
+    """Accepts on a bound, listening socket; each connection gets `factory()`'s protocol
+    and an `FdTransport`. `want_peer`: keep each connection's peer address (only
+    per-address limits need it: a dict per connection otherwise unspent)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        listener: socket.socket,
+        factory: Callable[[], asyncio.Protocol],
+        *,
+        want_peer: bool = False,
+    ) -> None:
+        self.loop = loop
+        self.listener = listener
+        self.factory = factory
+        self.want_peer = want_peer
+        buf = bytearray(READ_SIZE)
+        self.bufs = [buf]  # os.readv's argument, made once
+        self.view = memoryview(buf)
+        self.open = 0  # connections not yet closed
+        self._accepting = False
+        self._closed = False
+        self._resume: asyncio.TimerHandle | None = None
+
+    @property
+    def sockets(self) -> list[socket.socket]:
+        return [self.listener]
+
+    def start(self) -> None:
+        self.listener.setblocking(False)
+        self._accepting = True
+        self.loop.add_reader(self.listener.fileno(), self._accept)
+
+    def close(self) -> None:
+        """Stop accepting and close the listening socket (what waits in its backlog is
+        reset); the connections stay."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._resume is not None:
+            self._resume.cancel()
+        if self._accepting:
+            self._accepting = False
+            self.loop.remove_reader(self.listener.fileno())
+        self.listener.close()
+
+    def _accept(self) -> None:
+        listener = self.listener
+        for _ in range(ACCEPT_BATCH):
+            try:
+                sock, peer = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as e:
+                if e.errno not in _ACCEPT_EXHAUSTED:
+                    raise
+                log.error("accept failed; accepting again shortly", error=str(e))
+                self._accepting = False
+                self.loop.remove_reader(listener.fileno())
+                self._resume = self.loop.call_later(ACCEPT_PAUSE_S, self._accept_again)
+                return
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                sock.close()  # reset already
+                continue
+            fd = sock.detach()
+            self.open += 1
+            protocol = self.factory()
+            t = FdTransport(self, fd, protocol, peer if self.want_peer else None)
+            protocol.connection_made(t)
+            if not t._closing:
+                t.resume_reading()
+
+    def _accept_again(self) -> None:
+        self._resume = None
+        if not self._closed and not self._accepting:
+            self._accepting = True
+            self.loop.add_reader(self.listener.fileno(), self._accept)
