@@ -36,11 +36,16 @@ _ACCEPT_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS,
 log = structlog.get_logger("imgw")
 
 
-class FdTransport(asyncio.Transport):
-    """One connection. `_out` is None while nothing waits to be written (an idle
-    connection owns no list)."""
+_READING: Final = 1  # watched with add_reader
+_CLOSING: Final = 2  # close() or abort() called, or a socket error
+_PAUSED: Final = 4  # pause_writing called, resume_writing not yet
 
-    __slots__ = ("_closing", "_fd", "_out", "_out_size", "_paused", "_protocol", "_reading", "_srv")
+
+class FdTransport(asyncio.Transport):
+    """One connection: five pointers (each byte counts a million times over). `_out` is
+    None while nothing waits to be written (an idle connection owns no list)."""
+
+    __slots__ = ("_fd", "_flags", "_out", "_protocol", "_srv")
 
     def __init__(
         self, srv: FdServer, fd: int, protocol: asyncio.Protocol, peer: Any = None
@@ -50,10 +55,7 @@ class FdTransport(asyncio.Transport):
         self._fd = fd
         self._protocol = protocol
         self._out: list[bytes] | None = None
-        self._out_size = 0
-        self._closing = False
-        self._reading = False
-        self._paused = False  # pause_writing was called, resume_writing not yet
+        self._flags = 0
 
     # -- asyncio.Transport ----------------------------------------------------------------
 
@@ -62,23 +64,22 @@ class FdTransport(asyncio.Transport):
         return default if extra is None else extra.get(name, default)
 
     def is_closing(self) -> bool:
-        return self._closing
+        return bool(self._flags & _CLOSING)
 
     def is_reading(self) -> bool:
-        return self._reading
+        return bool(self._flags & _READING)
 
     def get_protocol(self) -> asyncio.BaseProtocol:
         return self._protocol
 
     def get_write_buffer_size(self) -> int:
-        return self._out_size
+        return 0 if self._out is None else sum(map(len, self._out))
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self._fd < 0 or not data:
             return
         if self._out is not None:
             self._out.append(bytes(data))
-            self._out_size += len(data)
             self._check_high()
             return
         try:
@@ -91,7 +92,6 @@ class FdTransport(asyncio.Transport):
         if n == len(data):
             return
         self._out = [bytes(data[n:])]
-        self._out_size = len(data) - n
         self._srv.loop.add_writer(self._fd, _writable, self)
         self._check_high()
 
@@ -99,20 +99,20 @@ class FdTransport(asyncio.Transport):
         self.write(b"".join(list_of_data))
 
     def pause_reading(self) -> None:
-        if self._reading:
-            self._reading = False
+        if self._flags & _READING:
+            self._flags &= ~_READING
             self._srv.loop.remove_reader(self._fd)
 
     def resume_reading(self) -> None:
-        if not self._reading and not self._closing and self._fd >= 0:
-            self._reading = True
+        if not self._flags & (_READING | _CLOSING) and self._fd >= 0:
+            self._flags |= _READING
             self._srv.loop.add_reader(self._fd, _readable, self)
 
     def close(self) -> None:
         """Stop reading; close once what waits has been written."""
-        if self._closing:
+        if self._flags & _CLOSING:
             return
-        self._closing = True
+        self._flags |= _CLOSING
         self.pause_reading()
         if self._out is None:
             self._srv.loop.call_soon(self._finish, None)
@@ -126,20 +126,19 @@ class FdTransport(asyncio.Transport):
     # -- internals ------------------------------------------------------------------------
 
     def _check_high(self) -> None:
-        if not self._paused and self._out_size > HIGH_WATER:
-            self._paused = True
+        if not self._flags & _PAUSED and self.get_write_buffer_size() > HIGH_WATER:
+            self._flags |= _PAUSED
             self._protocol.pause_writing()
 
     def _fail(self, exc: Exception | None) -> None:
         """Drop what waits and close now (abort, or a socket error)."""
         if self._fd < 0:
             return
-        if not self._closing:
-            self._closing = True
+        if not self._flags & _CLOSING:
+            self._flags |= _CLOSING
             self.pause_reading()
         if self._out is not None:
             self._out = None
-            self._out_size = 0
             self._srv.loop.remove_writer(self._fd)
         self._srv.loop.call_soon(self._finish, exc)
 
@@ -148,12 +147,9 @@ class FdTransport(asyncio.Transport):
         if fd < 0:
             return
         loop = self._srv.loop
-        if self._reading:
-            self._reading = False
-            loop.remove_reader(fd)
+        self.pause_reading()
         if self._out is not None:
             self._out = None
-            self._out_size = 0
             loop.remove_writer(fd)
         self._fd = -1
         os.close(fd)
@@ -192,17 +188,16 @@ def _writable(t: FdTransport) -> None:
     except OSError as e:
         t._fail(e)
         return
-    if n < len(data):
+    left = len(data) - n
+    if left:
         t._out = [data[n:]]
-        t._out_size = len(data) - n
     else:
         t._out = None
-        t._out_size = 0
         t._srv.loop.remove_writer(t._fd)
-    if t._paused and t._out_size <= LOW_WATER:
-        t._paused = False
+    if t._flags & _PAUSED and left <= LOW_WATER:
+        t._flags &= ~_PAUSED
         t._protocol.resume_writing()
-    if t._out is None and t._closing:
+    if t._out is None and t._flags & _CLOSING:
         t._finish(None)
 
 
@@ -281,8 +276,7 @@ class FdServer:
             protocol = self.factory()
             t = FdTransport(self, fd, protocol, peer if self.want_peer else None)
             protocol.connection_made(t)
-            if not t._closing:
-                t.resume_reading()
+            t.resume_reading()  # unless connection_made closed it
 
     def _accept_again(self) -> None:
         self._resume = None

@@ -30,6 +30,7 @@ class TimingWheel:
         "_cursor",
         "_handle",
         "_loop",
+        "_slot_ids",
         "_slots",
         "_tick",
         "_tick_at",
@@ -50,6 +51,9 @@ class TimingWheel:
         self._clock = loop.time
         self._tick = tick_s
         self._slots: list[list[Timed]] = [[] for _ in range(slots)]
+        # Slot numbers handed to entries are these shared ints: past 256 a computed int is
+        # an object of its own (28 bytes a connection, a million on a big node).
+        self._slot_ids = tuple(range(slots))
         self._tick_at = self._clock()  # loop time of the slot under the cursor
         self._cursor = 0
         self._handle: asyncio.TimerHandle | None = None
@@ -81,7 +85,7 @@ class TimingWheel:
     def _slot_for(self, deadline: float) -> int:
         ticks = max(1, int((deadline - self._tick_at) / self._tick) + 1)
         ticks = min(ticks, len(self._slots) - 1)
-        return (self._cursor + ticks) % len(self._slots)
+        return self._slot_ids[(self._cursor + ticks) % len(self._slots)]
 
     def _advance(self) -> None:
         now = self._clock()
