@@ -78,7 +78,7 @@ class Hub(Services, Protocol):
 
     def new_decoder(self) -> FrameDecoder: ...
 
-    def admit(self, conn: Connection) -> int:
+    def admit(self, conn: Connection, peer_ip: str = "") -> int:
         """A new connection id, or 0: refused (full, draining, too many from its IP)."""
 
     def closing(self, conn: Connection, *, was_active: bool) -> None:
@@ -124,8 +124,6 @@ class Connection(asyncio.Protocol):
         "last_renew",
         "last_rx",
         "node",
-        "paused",
-        "peer_ip",
         "phase_deadline",
         "route",
         "state",
@@ -143,7 +141,6 @@ class Connection(asyncio.Protocol):
         self.decoder: FrameDecoder | None = None
         self.state = State.AWAIT_LOGIN
         self.route: Route | None = None
-        self.peer_ip = ""
         self.last_rx = 0.0
         self.last_renew = 0.0
         self.phase_deadline = 0.0
@@ -152,7 +149,6 @@ class Connection(asyncio.Protocol):
         self.timer_slot = 0
         self.inbox: deque[ClientFrame] | None = None
         self.task: asyncio.Task[None] | None = None
-        self.paused = False
         self.caps: frozenset[str] = _NO_CAPS  # the known capabilities its LOGIN listed
 
     # -- identity -----------------------------------------------------------------------
@@ -164,6 +160,13 @@ class Connection(asyncio.Protocol):
     @property
     def device(self) -> str:
         return self.route.device if self.route is not None else ""
+
+    @property
+    def paused(self) -> bool:
+        """Not read from (a full request queue, send backpressure, a penalty, a drain):
+        the transport's own state, no slot of ours."""
+        transport = self.transport
+        return transport is not None and not transport.is_reading()
 
     @property
     def active(self) -> bool:
@@ -212,10 +215,11 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport = cast(asyncio.Transport, transport)
         node = self.node
+        peer_ip = ""
         if node.config.max_connections_per_ip:  # only then is the address worth its bytes
             peer = transport.get_extra_info("peername")
-            self.peer_ip = peer[0] if peer else ""
-        conn_id = node.admit(self)
+            peer_ip = peer[0] if peer else ""
+        conn_id = node.admit(self, peer_ip)
         if not conn_id:
             transport.abort()
             self.state = State.CLOSED
@@ -345,7 +349,6 @@ class Connection(asyncio.Protocol):
         if self.task is None:
             self.task = self.node.loop.create_task(self._drain())
         if len(inbox) >= self.node.config.max_inflight_requests and not self.paused:
-            self.paused = True
             assert self.transport is not None
             self.transport.pause_reading()
 
@@ -378,7 +381,6 @@ class Connection(asyncio.Protocol):
         transport = self.transport
         if self.paused or transport is None or self.state >= State.CLOSING:
             return False
-        self.paused = True
         transport.pause_reading()
         return True
 
@@ -395,7 +397,6 @@ class Connection(asyncio.Protocol):
             return
         if self.inbox and len(self.inbox) >= self.node.config.max_inflight_requests // 2:
             return  # _drain resumes it when the queue is down
-        self.paused = False
         transport.resume_reading()
 
     async def _drain(self) -> None:
@@ -416,7 +417,6 @@ class Connection(asyncio.Protocol):
                     and self.node.accepting
                     and self not in self.node.held
                 ):
-                    self.paused = False
                     assert self.transport is not None
                     self.transport.resume_reading()
         finally:

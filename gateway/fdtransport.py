@@ -22,7 +22,7 @@ import errno
 import os
 import socket
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import structlog
 
@@ -35,23 +35,27 @@ _ACCEPT_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS,
 
 log = structlog.get_logger("imgw")
 
+# One read buffer for every connection of the process: each read is copied out at once,
+# before the next callback runs.
+_BUF: Final = bytearray(READ_SIZE)
+_BUFS: Final = [_BUF]  # os.readv's argument, made once
+_VIEW: Final = memoryview(_BUF)
+
 
 _READING: Final = 1  # watched with add_reader
 _CLOSING: Final = 2  # close() or abort() called, or a socket error
 _PAUSED: Final = 4  # pause_writing called, resume_writing not yet
 
 
-class FdTransport(asyncio.Transport):
-    """One connection: five pointers (each byte counts a million times over). `_out` is
-    None while nothing waits to be written (an idle connection owns no list)."""
+class FdTransport:
+    """One connection: four pointers (each byte counts a million times over), and not
+    an `asyncio.Transport` subclass, whose `_extra` slot would be a fifth; it has the
+    methods `Connection` calls. `_out` is None while nothing waits to be written (an
+    idle connection owns no list)."""
 
-    __slots__ = ("_fd", "_flags", "_out", "_protocol", "_srv")
+    __slots__ = ("_fd", "_flags", "_out", "_protocol")
 
-    def __init__(
-        self, srv: FdServer, fd: int, protocol: asyncio.Protocol, peer: Any = None
-    ) -> None:
-        self._extra = {"peername": peer} if peer is not None else None
-        self._srv = srv
+    def __init__(self, fd: int, protocol: asyncio.Protocol) -> None:
         self._fd = fd
         self._protocol = protocol
         self._out: list[bytes] | None = None
@@ -60,8 +64,16 @@ class FdTransport(asyncio.Transport):
     # -- asyncio.Transport ----------------------------------------------------------------
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        extra = self._extra
-        return default if extra is None else extra.get(name, default)
+        """`peername` and `sockname` (asked for only with per-address limits)."""
+        if self._fd < 0 or name not in ("peername", "sockname"):
+            return default
+        sock = socket.socket(fileno=self._fd)
+        try:
+            return sock.getpeername() if name == "peername" else sock.getsockname()
+        except OSError:
+            return default
+        finally:
+            sock.detach()
 
     def is_closing(self) -> bool:
         return bool(self._flags & _CLOSING)
@@ -92,7 +104,7 @@ class FdTransport(asyncio.Transport):
         if n == len(data):
             return
         self._out = [bytes(data[n:])]
-        self._srv.loop.add_writer(self._fd, _writable, self)
+        asyncio.get_running_loop().add_writer(self._fd, _writable, self)
         self._check_high()
 
     def writelines(self, list_of_data: Any) -> None:
@@ -101,12 +113,12 @@ class FdTransport(asyncio.Transport):
     def pause_reading(self) -> None:
         if self._flags & _READING:
             self._flags &= ~_READING
-            self._srv.loop.remove_reader(self._fd)
+            asyncio.get_running_loop().remove_reader(self._fd)
 
     def resume_reading(self) -> None:
         if not self._flags & (_READING | _CLOSING) and self._fd >= 0:
             self._flags |= _READING
-            self._srv.loop.add_reader(self._fd, _readable, self)
+            asyncio.get_running_loop().add_reader(self._fd, _readable, self)
 
     def close(self) -> None:
         """Stop reading; close once what waits has been written."""
@@ -115,7 +127,7 @@ class FdTransport(asyncio.Transport):
         self._flags |= _CLOSING
         self.pause_reading()
         if self._out is None:
-            self._srv.loop.call_soon(self._finish, None)
+            asyncio.get_running_loop().call_soon(self._finish, None)
 
     def abort(self) -> None:
         self._fail(None)
@@ -139,28 +151,26 @@ class FdTransport(asyncio.Transport):
             self.pause_reading()
         if self._out is not None:
             self._out = None
-            self._srv.loop.remove_writer(self._fd)
-        self._srv.loop.call_soon(self._finish, exc)
+            asyncio.get_running_loop().remove_writer(self._fd)
+        asyncio.get_running_loop().call_soon(self._finish, exc)
 
     def _finish(self, exc: Exception | None) -> None:
         fd = self._fd
         if fd < 0:
             return
-        loop = self._srv.loop
+        loop = asyncio.get_running_loop()
         self.pause_reading()
         if self._out is not None:
             self._out = None
             loop.remove_writer(fd)
         self._fd = -1
         os.close(fd)
-        self._srv.open -= 1
         self._protocol.connection_lost(exc)
 
 
 def _readable(t: FdTransport) -> None:
-    srv = t._srv
     try:
-        n = os.readv(t._fd, srv.bufs)
+        n = os.readv(t._fd, _BUFS)
     except (BlockingIOError, InterruptedError):
         return
     except OSError as e:
@@ -173,7 +183,7 @@ def _readable(t: FdTransport) -> None:
         else:
             t.close()
         return
-    t._protocol.data_received(srv.view[:n].tobytes())
+    t._protocol.data_received(_VIEW[:n].tobytes())
 
 
 def _writable(t: FdTransport) -> None:
@@ -193,7 +203,7 @@ def _writable(t: FdTransport) -> None:
         t._out = [data[n:]]
     else:
         t._out = None
-        t._srv.loop.remove_writer(t._fd)
+        asyncio.get_running_loop().remove_writer(t._fd)
     if t._flags & _PAUSED and left <= LOW_WATER:
         t._flags &= ~_PAUSED
         t._protocol.resume_writing()
@@ -203,25 +213,17 @@ def _writable(t: FdTransport) -> None:
 
 class FdServer:
     """Accepts on a bound, listening socket; each connection gets `factory()`'s protocol
-    and an `FdTransport`. `want_peer`: keep each connection's peer address (only
-    per-address limits need it: a dict per connection otherwise unspent)."""
+    and an `FdTransport` (handed to `connection_made` as the transport it stands for)."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         listener: socket.socket,
         factory: Callable[[], asyncio.Protocol],
-        *,
-        want_peer: bool = False,
     ) -> None:
         self.loop = loop
         self.listener = listener
         self.factory = factory
-        self.want_peer = want_peer
-        buf = bytearray(READ_SIZE)
-        self.bufs = [buf]  # os.readv's argument, made once
-        self.view = memoryview(buf)
-        self.open = 0  # connections not yet closed
         self._accepting = False
         self._closed = False
         self._resume: asyncio.TimerHandle | None = None
@@ -252,7 +254,7 @@ class FdServer:
         listener = self.listener
         for _ in range(ACCEPT_BATCH):
             try:
-                sock, peer = listener.accept()
+                sock, _ = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionAbortedError:
@@ -272,10 +274,9 @@ class FdServer:
                 sock.close()  # reset already
                 continue
             fd = sock.detach()
-            self.open += 1
             protocol = self.factory()
-            t = FdTransport(self, fd, protocol, peer if self.want_peer else None)
-            protocol.connection_made(t)
+            t = FdTransport(fd, protocol)
+            protocol.connection_made(cast(asyncio.Transport, t))
             t.resume_reading()  # unless connection_made closed it
 
     def _accept_again(self) -> None:

@@ -140,6 +140,7 @@ class Node:
         self.open_count = 0
         self.partial_bytes = 0  # unfinished frames held by connections (max_partial_bytes)
         self._per_ip: dict[str, int] = {}
+        self._ip_of: dict[Connection, str] = {}  # with max_connections_per_ip only
         # Connection ids are unique across restarts of a node with the same node id, so a
         # route left in Redis by the previous process never names a new connection.
         self._next_conn_id = time.time_ns() // 1000
@@ -232,17 +233,18 @@ class Node:
 
     # -- admission and bookkeeping -------------------------------------------------------
 
-    def admit(self, conn: Connection) -> int:
-        """A new connection id for `conn`, or 0: refused (full, draining, or too many
-        connections from its IP)."""
+    def admit(self, conn: Connection, peer_ip: str = "") -> int:
+        """A new connection id for `conn` (from `peer_ip`, given when connections per IP
+        are limited), or 0: refused (full, draining, or too many from its IP)."""
         cfg = self.config
         if not self.accepting or self.open_count >= self.max_connections:
             return 0
         if cfg.max_connections_per_ip:
-            n = self._per_ip.get(conn.peer_ip, 0)
+            n = self._per_ip.get(peer_ip, 0)
             if n >= cfg.max_connections_per_ip:
                 return 0
-            self._per_ip[conn.peer_ip] = n + 1
+            self._per_ip[peer_ip] = n + 1
+            self._ip_of[conn] = peer_ip  # only then: a slot in every connection otherwise
         self.open_count += 1
         self._next_conn_id += 1
         self.metrics.connections.inc()
@@ -279,12 +281,12 @@ class Node:
         self.open_count -= 1
         self.metrics.connections.dec()
         self.held.discard(conn)
-        if self.config.max_connections_per_ip:
-            n = self._per_ip.get(conn.peer_ip, 1) - 1
+        if (ip := self._ip_of.pop(conn, None)) is not None:
+            n = self._per_ip.get(ip, 1) - 1
             if n:
-                self._per_ip[conn.peer_ip] = n
+                self._per_ip[ip] = n
             else:
-                self._per_ip.pop(conn.peer_ip, None)
+                self._per_ip.pop(ip, None)
         if was_active and self.sessions.get(conn.conn_id) is conn:
             self.closing(conn, was_active=True)
 

@@ -147,10 +147,7 @@ class Server:
         if tls is None and listener is not None:
             # Plain TCP: connections as bare file descriptors (gateway/fdtransport.py),
             # about 520 bytes fewer each than uvloop's transports.
-            fd_server = FdServer(
-                loop, listener, node.protocol_factory,
-                want_peer=bool(cfg.max_connections_per_ip),
-            )  # fmt: skip
+            fd_server = FdServer(loop, listener, node.protocol_factory)
             fd_server.start()
             self._server = fd_server
         else:
