@@ -100,6 +100,11 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-frame", type=int, help="largest frame body accepted, bytes (65536)")
     p.add_argument("--max-content", type=int, help="largest message content, bytes (2048)")
     p.add_argument("--max-connections", type=int, help="connection cap of this node")
+    p.add_argument(
+        "--client-transport", choices=["uvloop", "fd"],
+        help="plain-TCP connections on uvloop's transports (default) or as bare file "
+        "descriptors: ~530 bytes fewer an idle connection (docs/decisions.md)",
+    )  # fmt: skip
     p.add_argument("--recall-window", type=float, help="seconds a sender may recall (120)")
     p.add_argument("--rate-burst", type=int, help="sends per uid in a burst (200)")
     p.add_argument("--rate-per-s", type=float, help="sustained sends per uid per second (100)")
@@ -184,7 +189,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "tls_cert", "tls_key",
         "check_url", "check_timeout_ms", "check_fail", "notify_url", "notify_token", "admin_port",
         "admin_host", "admin_token", "hb", "idle", "login_timeout", "max_frame", "max_content",
-        "max_connections",
+        "max_connections", "client_transport",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",
         "batch_min", "batch_wait_ms", "batch_inflight", "shutdown_timeout", "log_format",
         "log_level", "workers",

@@ -1,5 +1,5 @@
-"""Plain-TCP connections as bare file descriptors (gateway/fdtransport.py): what the
-gateway relied on uvloop's transports for still holds."""
+"""Plain-TCP connections as bare file descriptors (`--client-transport fd`,
+gateway/fdtransport.py): what the gateway relied on uvloop's transports for still holds."""
 
 from __future__ import annotations
 
@@ -16,12 +16,13 @@ from tests.support.wire import Wire, token
 pytestmark = pytest.mark.backends("embedded")
 
 
+@pytest.mark.parametrize("transport", ["uvloop", "fd"])
 async def test_connections_from_one_address_past_its_limit_are_closed(
-    start_gateway: StartGateway,
+    start_gateway: StartGateway, transport: str
 ) -> None:
-    """--max-connections-per-ip needs each connection's peer address, which the bare
-    transport keeps only then."""
-    gw = await start_gateway(max_connections_per_ip=2)
+    """--max-connections-per-ip needs each connection's peer address, which the node
+    keeps only then (and the bare transport reads from its socket)."""
+    gw = await start_gateway(max_connections_per_ip=2, client_transport=transport)
     a = await Wire.login(gw.port, 1)
     b = await Wire.login(gw.port, 2)
     third = await Wire.open(gw.port)
@@ -47,7 +48,7 @@ async def test_connections_from_one_address_past_its_limit_are_closed(
 async def test_a_client_that_half_closes_is_closed_and_forgotten(
     start_gateway: StartGateway,
 ) -> None:
-    gw = await start_gateway()
+    gw = await start_gateway(client_transport="fd")
     node = gw.node
     assert node is not None
     w = await Wire.login(gw.port, 7)
@@ -63,7 +64,7 @@ async def test_a_client_that_half_closes_is_closed_and_forgotten(
 
 
 async def test_a_reset_client_is_forgotten(start_gateway: StartGateway) -> None:
-    gw = await start_gateway()
+    gw = await start_gateway(client_transport="fd")
     node = gw.node
     assert node is not None
     sock = socket.create_connection(("127.0.0.1", gw.port))

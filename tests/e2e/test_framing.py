@@ -7,6 +7,7 @@ import socket
 import struct
 
 import msgpack
+import pytest
 
 from gateway.server import Server
 from protocol.frames import (
@@ -111,8 +112,12 @@ async def test_bad_fields_after_login_are_bad_request_and_kept(gw: Server) -> No
     assert isinstance(await w.recv(), Pong)
 
 
-async def test_slow_consumer_is_kicked(start_gateway: StartGateway) -> None:
-    gw = await start_gateway(max_write_buffer=64 * 1024, rate_burst=100_000, rate_per_s=100_000)
+@pytest.mark.parametrize("transport", ["uvloop", "fd"])
+async def test_slow_consumer_is_kicked(start_gateway: StartGateway, transport: str) -> None:
+    gw = await start_gateway(
+        max_write_buffer=64 * 1024, rate_burst=100_000, rate_per_s=100_000,
+        client_transport=transport,
+    )  # fmt: skip
     sender = await Wire.login(gw.port, 1)
     # The receiver asks for a tiny receive buffer and never reads.
     sock = socket.socket()
