@@ -21,6 +21,7 @@ import asyncio
 import errno
 import os
 import socket
+import sys
 from collections.abc import Callable
 from typing import Any, Final, cast
 
@@ -29,7 +30,10 @@ import structlog
 HIGH_WATER: Final = 64 * 1024  # as uvloop: pause_writing past it ...
 LOW_WATER: Final = 16 * 1024  # ... resume_writing at or below it
 READ_SIZE: Final = 256 * 1024  # as uvloop: one read takes up to this much
-ACCEPT_BATCH: Final = 512  # connections accepted per readiness of the listener
+# Connections accepted per readiness of the listener. Few: an accepted connection's login
+# deadline runs from its accept, so in a reconnect storm connections wait better in the
+# kernel's backlog than in a worker still busy accepting (512 timed logins out).
+ACCEPT_BATCH: Final = 64
 ACCEPT_PAUSE_S: Final = 1.0  # out of files (or memory): accept again after this
 _ACCEPT_EXHAUSTED: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -226,6 +230,7 @@ class FdServer:
         self.factory = factory
         self._accepting = False
         self._closed = False
+        self._nodelay_inherited = False
         self._resume: asyncio.TimerHandle | None = None
 
     @property
@@ -234,6 +239,9 @@ class FdServer:
 
     def start(self) -> None:
         self.listener.setblocking(False)
+        # Accepted sockets inherit TCP_NODELAY from the listener on Linux: no setsockopt
+        # per connection (set again below where it is not inherited).
+        self._nodelay_inherited = _inherits_nodelay(self.listener)
         self._accepting = True
         self.loop.add_reader(self.listener.fileno(), self._accept)
 
@@ -254,7 +262,7 @@ class FdServer:
         listener = self.listener
         for _ in range(ACCEPT_BATCH):
             try:
-                sock, _ = listener.accept()
+                fd, _ = listener._accept()  # type: ignore[attr-defined]  # no socket object
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionAbortedError:
@@ -268,12 +276,14 @@ class FdServer:
                 self._resume = self.loop.call_later(ACCEPT_PAUSE_S, self._accept_again)
                 return
             try:
-                sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                os.set_blocking(fd, False)
+                if not self._nodelay_inherited:
+                    with socket.socket(fileno=fd) as sock:
+                        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                        sock.detach()
             except OSError:
-                sock.close()  # reset already
+                os.close(fd)  # reset already
                 continue
-            fd = sock.detach()
             protocol = self.factory()
             t = FdTransport(fd, protocol)
             protocol.connection_made(cast(asyncio.Transport, t))
@@ -284,3 +294,13 @@ class FdServer:
         if not self._closed and not self._accepting:
             self._accepting = True
             self.loop.add_reader(self.listener.fileno(), self._accept)
+
+
+def _inherits_nodelay(listener: socket.socket) -> bool:
+    """Set TCP_NODELAY on `listener`; whether sockets accepted from it have it too (Linux
+    copies it to them: tests/e2e/test_fd_connections.py checks an accepted one)."""
+    try:
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:
+        return False
+    return sys.platform.startswith("linux")

@@ -4,6 +4,7 @@ gateway/fdtransport.py): what the gateway relied on uvloop's transports for stil
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 
 import pytest
@@ -54,6 +55,10 @@ async def test_a_client_that_half_closes_is_closed_and_forgotten(
     w = await Wire.login(gw.port, 7)
     conn = node.by_device[(7, "d1")]
     assert isinstance(conn.transport, FdTransport)
+    # Nagle off, as on uvloop's transports (inherited from the listener on Linux)
+    assert not os.get_blocking(conn.transport._fd)
+    with socket.socket(fileno=os.dup(conn.transport._fd)) as accepted:
+        assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     w.writer.write_eof()  # FIN: the gateway closes its side and forgets the session
     assert await w.closed(timeout=5) == []
     for _ in range(100):
