@@ -1,4 +1,5 @@
-"""Plain-TCP client connections as bare file descriptors, without uvloop's transports.
+"""Plain-TCP client connections as bare file descriptors, without uvloop's transports
+(`--client-transport fd`; not the default yet: docs/decisions.md says why).
 
 uvloop's TCP transport and its libuv handle take 1,225 of the ~2,025 bytes of an idle
 logged-in connection. Here a connection is its socket's file descriptor, watched with
@@ -6,11 +7,12 @@ logged-in connection. Here a connection is its socket's file descriptor, watched
 of `asyncio.Transport`: write (straight to the socket; what the kernel does not take
 waits for `add_writer`), writelines, close (after what waits is written), abort,
 pause/resume reading, and the pause_writing/resume_writing calls past a high-water
-mark. Reads go into one buffer shared by the server's connections (`os.readv`) and
+mark. Reads go into one buffer shared by the process's connections (`os.readv`) and
 are handed over as bytes.
 
 Measured with `bench.transport_probe` (bench/results/README.md, session 12): 812 bytes
-per idle connection against 1,334 with uvloop's transport, and the same CPU per PING.
+per idle connection against 1,334 with uvloop's transport, and the same CPU per PING;
+the gateway on it, 1,494 bytes against ~2,020.
 
 TLS connections and a host that names several addresses keep uvloop's `create_server`.
 """
