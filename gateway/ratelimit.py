@@ -67,7 +67,9 @@ class SharedBudgets:
     """Once a second, report what each uid spent on this node's limiters to the shared
     budgets (storage/redis/budgets.py) and lower the local buckets to the shared levels,
     so that a uid on several nodes (or several workers) gets one budget, not one per
-    node; it can overdraw by at most one period's worth per node."""
+    node; it can overdraw by at most one period's worth per node. While Redis is down the
+    local limits hold, and what could not be reported is reported later less the refill of
+    the time in between (a bucket would have refilled it anyway)."""
 
     def __init__(
         self,
@@ -86,6 +88,8 @@ class SharedBudgets:
         )  # Redis trouble: the local limits still hold meanwhile
         for limiter in limiters.values():
             limiter.spent = {}
+        # kind -> (when a report failed, what it could not report)
+        self._owed: dict[str, tuple[int, dict[int, int]]] = {}
 
     def start(self) -> None:
         self._loop.start()
@@ -94,19 +98,33 @@ class SharedBudgets:
         self._loop.stop()
 
     async def report(self) -> None:
+        now_ms = self._now_ms()
         for kind, limiter in self._limiters.items():
             spent = {uid: n for uid, n in (limiter.spent or {}).items() if n > 0}
             limiter.spent = {}
+            if (owed := self._owed.pop(kind, None)) is not None:
+                _merge_owed(spent, owed, rate=limiter.rate, now_ms=now_ms)
             if not spent:
                 continue
             try:
                 levels = await self._budgets.spend(
-                    kind, spent, burst=limiter.burst, rate=limiter.rate, now_ms=self._now_ms()
+                    kind, spent, burst=limiter.burst, rate=limiter.rate, now_ms=now_ms
                 )
             except Exception:
-                again = limiter.spent
-                for uid, n in spent.items():  # report it next time
-                    again[uid] = again.get(uid, 0) + n
+                self._owed[kind] = (now_ms, spent)  # report it next time, less the refill
                 raise
             for uid, level in levels.items():
                 limiter.lower_to(uid, level)
+
+
+def _merge_owed(
+    spent: dict[int, int], owed: tuple[int, dict[int, int]], *, rate: float, now_ms: int
+) -> None:
+    """Add to `spent` what a failed report owed, less what a bucket refills in the time
+    since: tokens spent longer ago than a refill would have come back anyway, so a Redis
+    outage of seconds does not come back as seconds of refusals. Rounded down (lenient)."""
+    since_ms, amounts = owed
+    refilled = rate * max(0, now_ms - since_ms) / 1000
+    for uid, n in amounts.items():
+        if (left := int(n - refilled)) > 0:
+            spent[uid] = spent.get(uid, 0) + left
