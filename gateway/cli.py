@@ -101,9 +101,9 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-content", type=int, help="largest message content, bytes (2048)")
     p.add_argument("--max-connections", type=int, help="connection cap of this node")
     p.add_argument(
-        "--client-transport", choices=["uvloop", "fd"],
-        help="plain-TCP connections on uvloop's transports (default) or as bare file "
-        "descriptors: ~530 bytes fewer an idle connection (docs/decisions.md)",
+        "--client-transport", choices=["fd", "uvloop"],
+        help="plain-TCP connections as bare file descriptors (fd, the default: ~530 "
+        "bytes fewer an idle connection) or on uvloop's transports (docs/decisions.md)",
     )  # fmt: skip
     p.add_argument("--recall-window", type=float, help="seconds a sender may recall (120)")
     p.add_argument("--rate-burst", type=int, help="sends per uid in a burst (200)")

@@ -70,10 +70,10 @@ class Config:
     max_content: int = MAX_CONTENT_DEFAULT
     max_connections: int = 1_000_000
     max_connections_per_ip: int = 0  # 0 = unlimited (load tests come from one IP)
-    # Plain-TCP client connections on uvloop's transports, or ("fd") as bare file
-    # descriptors (gateway/fdtransport.py): ~530 bytes fewer an idle connection, not the
-    # default while reconnect storms on it answer some logins `unavailable` (session 12).
-    client_transport: str = "uvloop"
+    # Plain-TCP client connections as bare file descriptors ("fd", gateway/fdtransport.py:
+    # ~530 bytes fewer an idle connection), or on uvloop's transports ("uvloop", the
+    # default until session 13). TLS connections are always on uvloop's.
+    client_transport: str = "fd"
     max_write_buffer: int = 1 << 20  # a connection with more unsent bytes is slow_consumer
     max_inflight_requests: int = 256  # per connection; beyond this, reading pauses
     recall_window: float = 120.0
@@ -193,8 +193,8 @@ class Config:
                 split_host_port(self.reconnect_hint)
             except ValueError as e:
                 raise ConfigError(f"reconnect_hint: {e}") from None
-        if self.client_transport not in ("uvloop", "fd"):
-            raise ConfigError("client_transport must be uvloop or fd")
+        if self.client_transport not in ("fd", "uvloop"):
+            raise ConfigError("client_transport must be fd or uvloop")
         if self.log_level.lower() not in _LOG_LEVELS:
             raise ConfigError(f"log_level must be one of {', '.join(_LOG_LEVELS)}")
         if self.hb <= 0 or self.idle <= self.hb:

@@ -1,5 +1,5 @@
 """Plain-TCP client connections as bare file descriptors, without uvloop's transports
-(`--client-transport fd`; not the default yet: docs/decisions.md says why).
+(`--client-transport fd`, the default since session 13: docs/decisions.md).
 
 uvloop's TCP transport and its libuv handle take 1,225 of the ~2,025 bytes of an idle
 logged-in connection. Here a connection is its socket's file descriptor, watched with
