@@ -2,7 +2,8 @@
 
 Deliveries requested in the same event-loop iteration (all the acks of one group commit
 land in one) are resolved together: one route lookup for the union of their users (one
-Redis round trip, not one per message), then each frame written to its local connections
+Redis round trip, not one per message), then one write per local connection carrying
+every frame for it (a busy group's member gets a commit's messages in one system call)
 and, for users on other nodes, one bus publish per node carrying every frame for it.
 Best effort: a failed lookup is logged and counted, a failed publish is counted by the
 bus (it never raises); receivers catch up with SYNC/PULL, and those behind a lost publish
@@ -144,6 +145,7 @@ class FanOut:
         me = self._node_id
         sessions = self._sessions
         pushes = 0
+        local: dict[Session, list[bytes]] = {}  # in order: one write per connection
         remote: dict[str, list[envelope.Item]] = defaultdict(list)
         for d in batch:
             far: dict[str, list[int]] = {}
@@ -153,12 +155,17 @@ class FanOut:
                         conn = sessions.get(r.conn_id)
                         # the route must be this connection's own (same login epoch)
                         if conn is not None and conn is not d.skip and conn.route == r:
-                            conn.write(d.payload)
+                            if (frames := local.get(conn)) is None:
+                                local[conn] = [d.payload]
+                            else:
+                                frames.append(d.payload)
                             pushes += 1
                     else:
                         far.setdefault(r.node, []).append(r.conn_id)
             for target, conn_ids in far.items():
                 remote[target].append((conn_ids, d.payload))
+        for conn, frames in local.items():
+            conn.write(frames[0] if len(frames) == 1 else b"".join(frames))
         self._metrics.pushes.inc(pushes)
         if remote:  # one publish per node, all at once (each may wait for a broker confirm)
             results = await asyncio.gather(
