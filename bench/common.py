@@ -145,14 +145,21 @@ def free_port_range(n: int, host: str = "127.0.0.1") -> int:
     raise BenchError(f"found no {n} consecutive free ports for the admin listeners")
 
 
-def proc_cpu_ticks(pid: int) -> int | None:
-    """utime + stime of `pid` (clock ticks), or None if it is gone."""
+def proc_cpu_split(pid: int) -> tuple[int, int] | None:
+    """(utime, stime) of `pid` in clock ticks (user and kernel time), or None if it is
+    gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
-    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
+    return int(fields[11]), int(fields[12])  # fields 14 and 15 of stat(5)
+
+
+def proc_cpu_ticks(pid: int) -> int | None:
+    """utime + stime of `pid` (clock ticks), or None if it is gone."""
+    split = proc_cpu_split(pid)
+    return None if split is None else split[0] + split[1]
 
 
 def proc_rss(pid: int | str = "self") -> int | None:
@@ -304,6 +311,8 @@ class Sampler:
 
     groups: dict[str, Callable[[], list[int]]] = field(default_factory=dict)
     samples: dict[str, list[tuple[float, int, int, int]]] = field(default_factory=dict)
+    # name -> (time, kernel ticks) beside each sample: the kernel's share of the CPU
+    kernel: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     last: float = 0.0
 
     def watch(self, name: str, pids: Callable[[], list[int]]) -> None:
@@ -315,13 +324,15 @@ class Sampler:
             return
         self.last = now
         for name, pids_of in self.groups.items():
-            ticks = rss = alive = 0
+            ticks = sys_ticks = rss = alive = 0
             for pid in pids_of():
-                t, r = proc_cpu_ticks(pid), proc_rss(pid)
+                t, r = proc_cpu_split(pid), proc_rss(pid)
                 if t is not None and r is not None:
-                    ticks, rss, alive = ticks + t, rss + r, alive + 1
+                    ticks, rss, alive = ticks + t[0] + t[1], rss + r, alive + 1
+                    sys_ticks += t[1]
             if alive:
                 self.samples.setdefault(name, []).append((now, ticks, rss, alive))
+                self.kernel.setdefault(name, []).append((now, sys_ticks))
         busy = host_busy_ticks()
         if busy is not None:  # the whole machine, as group "host" (100 = one core busy)
             self.samples.setdefault("host", []).append((now, busy, 0, 1))
@@ -352,6 +363,17 @@ class Sampler:
         cpu_s = (rows[-1][1] - rows[0][1]) / CLK_TCK
         wall = rows[-1][0] - rows[0][0]
         return round(1e6 * cpu_s / wall / ops_per_s, 1)
+
+    def kernel_percent(self, name: str, t0: float, t1: float) -> float | None:
+        """The share of group `name`'s CPU time over [t0, t1] that was kernel time (system
+        calls: socket reads and writes, epoll). On loopback a socket write also runs the
+        peer's TCP receive path, so this is where a client's traffic costs the server
+        without any code of its own running. None without CPU time in the window."""
+        cpu = [s for s in self.samples.get(name, []) if t0 <= s[0] <= t1]
+        sys = [s for s in self.kernel.get(name, []) if t0 <= s[0] <= t1]
+        if len(cpu) < 2 or len(sys) < 2 or cpu[-1][1] <= cpu[0][1]:
+            return None
+        return round(100.0 * (sys[-1][1] - sys[0][1]) / (cpu[-1][1] - cpu[0][1]), 1)
 
     def latest_rss(self, name: str) -> int | None:
         rows = self.samples.get(name)

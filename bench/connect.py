@@ -98,6 +98,7 @@ def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict
     return {
         "pings": pongs,
         "cpu_us_per_ping": cpu_us_per(run, t_start, t_end, pongs),
+        "kernel_percent": run.sampler.kernel_percent("gateway", t_start, t_end),
         "generator_cpu_us_per_ping": cpu_us_per(run, t_start, t_end, pongs, "generators"),
         "view": view,
         "held_min": held_min,
@@ -153,6 +154,7 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         h = hold(run, fleet, args.hold, n, t0)
         result["pings_answered"] = h["pings"]
         result["gateway_cpu_us_per_ping"] = h["cpu_us_per_ping"]
+        result["gateway_kernel_percent_hold"] = h["kernel_percent"]
         result["generator_cpu_us_per_ping"] = h["generator_cpu_us_per_ping"]
         gen_rss, gen_base = h["view"].rss, h["view"].rss_baseline
     finally:

@@ -102,7 +102,11 @@ CPU_FIGURES = (
 
 def _cpu_lines(result: dict[str, Any]) -> list[str]:
     got = [f"{label} {result[k]:g}" for k, label in CPU_FIGURES if result.get(k) is not None]
-    return [f"- CPU µs per operation: {', '.join(got)}"] if got else []
+    lines = [f"- CPU µs per operation: {', '.join(got)}"] if got else []
+    kernel = result.get("gateway_kernel_percent_hold", result.get("gateway_kernel_percent"))
+    if kernel is not None:
+        lines.append(f"- the gateway's CPU in the kernel (socket system calls): {kernel:g} %")
+    return lines
 
 
 def summary(result: dict[str, Any]) -> str:

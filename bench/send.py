@@ -21,7 +21,8 @@ Result fields (top level = the last step; `steps` holds every step): rate_target
 duration_s, sent, acked, errors (and errors_by_code), acked_per_s (ACKs received inside
 the measured window / its length), ack_p50/p90/p99/max_ms, push_p50/p99_ms,
 gateway_cpu_percent (mean, 100 = one core), gateway_rss_bytes (max), CPU per message of
-the gateway, MariaDB, Redis, the generators and the machine, and more.
+the gateway, MariaDB, Redis, the generators and the machine, gateway_kernel_percent (the
+share of the gateway's CPU spent in the kernel: socket reads and writes), and more.
 """
 
 from __future__ import annotations
@@ -376,6 +377,7 @@ class Senders:
             "loadgen_cpu_percent": loadgen_cpu,
             # CPU per operation: steady where throughput on a shared machine swings.
             "gateway_cpu_us_per_msg": per_msg("gateway"),
+            "gateway_kernel_percent": self.sampler.kernel_percent("gateway", t0, t1),
             "gateway_cpu_us_per_push": self.sampler.cpu_us_per_op(
                 "gateway", t0, t1, pushes / window_s
             )
@@ -474,7 +476,12 @@ def print_step(s: dict[str, Any]) -> None:
         f"   machine busy {'-' if host is None else f'{host:.0f}%'}"
         f" of {100 * (s.get('host_cores') or 0)}% ({s.get('host_cores')} cores)\n"
         f"  CPU µs per acked message: gateway {_us(s.get('gateway_cpu_us_per_msg'))}"
-        f"  mariadb {_us(s.get('mariadb_cpu_us_per_msg'))}"
+        + (
+            f" ({s['gateway_kernel_percent']:.0f}% in the kernel)"
+            if s.get("gateway_kernel_percent") is not None
+            else ""
+        )
+        + f"  mariadb {_us(s.get('mariadb_cpu_us_per_msg'))}"
         f"  redis {_us(s.get('redis_cpu_us_per_msg'))}"
         f"  generators {_us(s.get('loadgen_cpu_us_per_msg'))}"
         f"  whole machine {_us(s.get('host_cpu_us_per_msg'))}"
