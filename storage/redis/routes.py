@@ -74,6 +74,10 @@ from storage.redis.errors import op_timeout, unavailable
 from storage.redis.scripts import LUA_GT, Coalescer, ScriptCall, run_pipelined
 
 ROUTE_TTL_S: Final = 90
+# Index fields parsed by `online`, remembered by their exact bytes (a field changes only
+# when its route is registered or renewed, every 30 s, while fan-out reads it with every
+# message): at most this many, then forgotten all at once.
+PARSED_MAX: Final = 65_536
 MARKER_SEARCH: Final = 1 << 20  # tags tried for a master's marker before giving up
 
 # Index helpers shared by register and renew. KEYS[2] is the uid's online hash.
@@ -198,6 +202,7 @@ class RedisRouteStore:
         self._limit = op_timeout(client)
         self._prefix = check_prefix(prefix)
         self._ttl_ms = ttl_s * 1000
+        self._parsed: dict[tuple[int, bytes | str, bytes | str], tuple[Route, int]] = {}
         self._register = client.register_script(_REGISTER)
         self._renew = client.register_script(_RENEW)
         self._remove = client.register_script(_REMOVE)
@@ -297,7 +302,7 @@ class RedisRouteStore:
     async def online(self, uids: Sequence[int]) -> dict[int, list[Route]]:
         """Online routes of each uid (uids with none are omitted): one pipelined HGETALL
         per uid, one round trip (packed by `raw`: this runs for every fan-out); index
-        fields past their expiry are ignored."""
+        fields past their expiry are ignored. A field seen before is not parsed again."""
         wanted = list(dict.fromkeys(uids))
         if not wanted:
             return {}
@@ -316,10 +321,15 @@ class RedisRouteStore:
                     raise r
         now = _now_ms()
         out: dict[int, list[Route]] = {}
+        parsed = self._parsed
         for uid, fields in zip(wanted, replies, strict=True):
             live: list[Route] = []
             for device, entry in raw.field_pairs(fields):
-                route, expires_ms = parse_entry(uid, _text(device), entry)
+                if (known := parsed.get((uid, device, entry))) is None:
+                    if len(parsed) >= PARSED_MAX:
+                        parsed.clear()
+                    known = parsed[uid, device, entry] = parse_entry(uid, _text(device), entry)
+                route, expires_ms = known
                 if expires_ms >= now:
                     live.append(route)
             if live:
