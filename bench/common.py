@@ -156,12 +156,6 @@ def proc_cpu_split(pid: int) -> tuple[int, int] | None:
     return int(fields[11]), int(fields[12])  # fields 14 and 15 of stat(5)
 
 
-def proc_cpu_ticks(pid: int) -> int | None:
-    """utime + stime of `pid` (clock ticks), or None if it is gone."""
-    split = proc_cpu_split(pid)
-    return None if split is None else split[0] + split[1]
-
-
 def proc_rss(pid: int | str = "self") -> int | None:
     try:
         with open(f"/proc/{pid}/statm") as f:
@@ -310,9 +304,8 @@ class Sampler:
     a callable giving its current pids (a supervisor's workers change as they restart)."""
 
     groups: dict[str, Callable[[], list[int]]] = field(default_factory=dict)
-    samples: dict[str, list[tuple[float, int, int, int]]] = field(default_factory=dict)
-    # name -> (time, kernel ticks) beside each sample: the kernel's share of the CPU
-    kernel: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    # name -> (time, CPU ticks, RSS, processes alive, of the CPU ticks the kernel's)
+    samples: dict[str, list[tuple[float, int, int, int, int]]] = field(default_factory=dict)
     last: float = 0.0
 
     def watch(self, name: str, pids: Callable[[], list[int]]) -> None:
@@ -331,11 +324,10 @@ class Sampler:
                     ticks, rss, alive = ticks + t[0] + t[1], rss + r, alive + 1
                     sys_ticks += t[1]
             if alive:
-                self.samples.setdefault(name, []).append((now, ticks, rss, alive))
-                self.kernel.setdefault(name, []).append((now, sys_ticks))
+                self.samples.setdefault(name, []).append((now, ticks, rss, alive, sys_ticks))
         busy = host_busy_ticks()
         if busy is not None:  # the whole machine, as group "host" (100 = one core busy)
-            self.samples.setdefault("host", []).append((now, busy, 0, 1))
+            self.samples.setdefault("host", []).append((now, busy, 0, 1, 0))
 
     def between(self, name: str, t0: float, t1: float) -> tuple[float | None, int | None]:
         """(mean CPU %, max RSS) of group `name` over samples taken in [t0, t1]."""
@@ -369,11 +361,10 @@ class Sampler:
         calls: socket reads and writes, epoll). On loopback a socket write also runs the
         peer's TCP receive path, so this is where a client's traffic costs the server
         without any code of its own running. None without CPU time in the window."""
-        cpu = [s for s in self.samples.get(name, []) if t0 <= s[0] <= t1]
-        sys = [s for s in self.kernel.get(name, []) if t0 <= s[0] <= t1]
-        if len(cpu) < 2 or len(sys) < 2 or cpu[-1][1] <= cpu[0][1]:
+        rows = [s for s in self.samples.get(name, []) if t0 <= s[0] <= t1]
+        if len(rows) < 2 or rows[-1][1] <= rows[0][1]:
             return None
-        return round(100.0 * (sys[-1][1] - sys[0][1]) / (cpu[-1][1] - cpu[0][1]), 1)
+        return round(100.0 * (rows[-1][4] - rows[0][4]) / (rows[-1][1] - rows[0][1]), 1)
 
     def latest_rss(self, name: str) -> int | None:
         rows = self.samples.get(name)

@@ -167,7 +167,7 @@ def progress_line(
     rows = sampler.samples.get("gateway", [])
     cpu = "-"
     if len(rows) >= 2:
-        (t0, c0, _, _), (t1, c1, _, _) = rows[-2], rows[-1]
+        (t0, c0, *_), (t1, c1, *_) = rows[-2], rows[-1]
         from bench.common import CLK_TCK
 
         cpu = f"{100.0 * (c1 - c0) / CLK_TCK / max(1e-3, t1 - t0):.0f}%"
