@@ -14,6 +14,14 @@ bench-<scenario>.json), PNG charts and a short report beside it.
     imgw bench storm --connections 100000 --how kill --spawn-gateway --store ... \
         --cache ... --bus ...
 
+    imgw bench connect --connections 15000 --spawn-gateway --transport ws
+
+--transport ws runs connect, storm, chat and group over WebSocket instead of the plain
+TCP protocol: with --spawn-gateway the gateway also gets --ws-listen on a free port and
+the load connects to ws://127.0.0.1:PORT/ws; with --addr, --addr names the WebSocket
+listener (HOST:PORT, path /ws, or ws://HOST:PORT/PATH). Every result says its
+`transport`.
+
 With --spawn-gateway the bench starts `imgw serve` itself: on the embedded default, or on
 the production backends when --store/--cache/--bus are given (a mysql:// URL without a
 database gets a fresh database, dropped afterwards; a redis:// URL without ?prefix= gets
@@ -25,6 +33,7 @@ it, --addr HOST:PORT --token-key KID:SECRET names a running gateway, and --gatew
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import signal
 import subprocess
 import sys
@@ -39,6 +48,7 @@ from bench.preload import DEFAULT_CONVERSATIONS, DEFAULT_MESSAGES, Volume
 from bench.send import CONNECT_CONCURRENCY, DRAIN_S
 from bench.send import SCENARIOS as SEND_SCENARIOS
 from bench.send import check as check_send
+from bench.wsclient import parse_ws_addr
 from gateway.hostport import split_host_port
 
 SCENARIOS = ("connect", "chat", "group", "storm", "offline")
@@ -50,7 +60,11 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, help="hard limit for the whole run, s")
     g = p.add_argument_group("gateway under test")
     g.add_argument("--spawn-gateway", action="store_true", help="start imgw serve here")
-    g.add_argument("--addr", metavar="HOST:PORT", help="a running gateway instead")
+    g.add_argument(
+        "--addr", metavar="HOST:PORT",
+        help="a running gateway instead: its TCP port, or with --transport ws its WebSocket "
+        "listener (HOST:PORT for path /ws, or ws://HOST:PORT/PATH)",
+    )  # fmt: skip
     g.add_argument("--token-key", metavar="KID:SECRET", help="its token key (with --addr)")
     g.add_argument("--gateway-pid", type=int, action="append", help="its pid(s), to sample")
     g.add_argument("--store", help="store URL (mysql://... ; default: embedded SQLite)")
@@ -78,6 +92,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     # Settings of bench.run.Run without flags here (python -m bench.send_bench has some).
     p.set_defaults(gateway_port=0, metrics_url=None)
+
+
+def _transport(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--transport", choices=("tcp", "ws"), default="tcp",
+        help="tcp: the plain protocol (4-byte LEN, then the body); ws: WebSocket, one frame "
+        "body per binary message, to the gateway's --ws-listen (default tcp)",
+    )  # fmt: skip
 
 
 def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:
@@ -165,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     off.add_argument("--messages", type=int, default=50, help="messages each receives (50)")
     for sp in (s, ch, gr, off):
         _volume(sp)
+    for sp in (c, s, ch, gr):
+        _transport(sp)
     for sp in (c, s, ch, gr, off):
         _common(sp)
         sp.formatter_class = argparse.RawTextHelpFormatter
@@ -176,11 +200,21 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("give exactly one of --spawn-gateway and --addr HOST:PORT")
     if args.addr and (not args.token_key or ":" not in args.token_key):
         p.error("--addr needs --token-key KID:SECRET (the gateway's key)")
+    ws = getattr(args, "transport", "tcp") == "ws"
     if args.addr:
+        if args.addr.startswith("ws://") and not ws:
+            p.error("--addr ws://... is a WebSocket listener: add --transport ws")
         try:
-            split_host_port(args.addr, default_host="127.0.0.1")
+            if ws:
+                parse_ws_addr(args.addr)
+            else:
+                split_host_port(args.addr, default_host="127.0.0.1")
         except ValueError as e:
             p.error(f"--addr: {e}")
+    if ws and getattr(args, "tls", False):
+        p.error("--tls is for the plain TCP port: the bench speaks WebSocket without TLS")
+    if ws and importlib.util.find_spec("websockets") is None:
+        p.error("--transport ws needs the websockets library: pip install websockets")
     if args.scenario == "storm" and not args.spawn_gateway:
         p.error("storm kills and restarts the gateway: it needs --spawn-gateway")
     args.volume = None
@@ -288,6 +322,7 @@ def run_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     workers = args.workers or default_workers(n, args.production)
     run = Run(args, workers)
     result: dict[str, Any] = {
+        "transport": getattr(args, "transport", "tcp"),
         "gateway_workers": workers,
         "backend": {"store": args.store or "embedded", "cache": args.cache or "memory://",
                     "bus": args.bus or "local://"},

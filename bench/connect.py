@@ -10,6 +10,8 @@ storm: ramp and hold the same way (each login followed by a SYNC), then kill the
 gateway (`--how kill`, SIGKILL: a crash) or restart it (`--how restart`, SIGTERM: a
 drain), start it again on the same port, and measure the time until every client has
 reconnected, logged in and synced, with the full-jitter backoff the clients used.
+
+Both over the plain protocol or, with `--transport ws`, over WebSocket (bench.wsclient).
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     n = args.connections
     fleet = Fleet(
         connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb,
-        sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout,
+        sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout, ws_path=run.ws_path,
     )  # fmt: skip
     result: dict[str, Any] = {
         "connections_target": n, "ramp_per_s": args.ramp, "hold_s": args.hold,
@@ -192,6 +194,7 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         reconnect=True, backoff_base_s=args.backoff_base, backoff_cap_s=args.backoff_cap,
         sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout,
         keep_since=not args.fresh_sync, pipeline_sync=not args.sync_after_login_ok,
+        ws_path=run.ws_path,
     )  # fmt: skip
     result: dict[str, Any] = {
         "connections_target": n, "how": args.how, "sync_since": "0" if args.fresh_sync else "kept",
@@ -229,6 +232,7 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
             gw.stop(timeout=args.timeout)
         down_s = time.monotonic() - storm_t
         gw.start(timeout=120)
+        run.wait_ws_listener()
         t_up = time.monotonic()
         run.sample(force=True)
         up_s = t_up - storm_t

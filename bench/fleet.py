@@ -58,6 +58,7 @@ class Fleet:
         tls: bool = False,
         keep_since: bool = True,
         pipeline_sync: bool = True,
+        ws_path: str | None = None,
         timeout_s: float,
     ) -> None:
         if per_proc > MAX_PER_PROC:
@@ -66,6 +67,7 @@ class Fleet:
         self.tls = tls
         self.keep_since = keep_since
         self.pipeline_sync = pipeline_sync
+        self.ws_path = ws_path  # WebSocket on this path, else the plain protocol
         self.procs_n = max(1, math.ceil(connections / per_proc))
         self.ramp = ramp
         self.hb_s = hb_s
@@ -101,6 +103,7 @@ class Fleet:
                 max_pending=max(50, min(2000, int(self.ramp / self.procs_n))),
                 sock_buf=self.sock_buf, deadline_ns=deadline_ns, tls=self.tls,
                 keep_since=self.keep_since, pipeline_sync=self.pipeline_sync,
+                ws_path=self.ws_path,
             )  # fmt: skip
             uid0 += n
             parent_end, child_end = self.ctx.Pipe()

@@ -15,6 +15,9 @@ again after a full-jitter backoff, `uniform(0, min(cap, base * 2**attempt))`, an
 `sync` each login is followed by a SYNC: a connection counts as held once its SYNC is
 answered (it has caught up), which is what `storm` measures.
 
+With `ws_path` the connections speak WebSocket to the gateway's WebSocket listener:
+the opening handshake first (bench.wsclient), then the same frames, one a message.
+
 The process reports once a second to the driver: connections held, logins, drops,
 errors, its RSS.
 """
@@ -33,6 +36,7 @@ from typing import Any, Final
 
 from bench.common import proc_rss, run_generator
 from bench.loadclient import PING, login_frame, raw_frames
+from bench.wsclient import Handshake, WsError, WsWire
 from protocol.codec import encode
 from protocol.frames import Pong, Sync
 from protocol.ops import ErrorCode, KickReason, Op
@@ -45,8 +49,8 @@ FIRST_PORT: Final = 1024  # source ports this process picks from: 1024..65535, l
 # kernel's ephemeral range (source_ports)
 PORT_TRIES: Final = 64
 _PONG: Final = encode(Pong())
-# Connection states.
-IDLE, CONNECTING, LOGGING_IN, SYNCING, HELD = range(5)
+# Connection states (UPGRADING: the WebSocket handshake).
+IDLE, CONNECTING, UPGRADING, LOGGING_IN, SYNCING, HELD = range(6)
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,22 @@ class HolderSpec:
     # with sync: the SYNC goes in the LOGIN's write, as docs/protocol.md allows (one write
     # and one read fewer on each side), instead of after LOGIN_OK
     pipeline_sync: bool = True
+    ws_path: str | None = None  # speak WebSocket on this path (else the plain protocol)
+
+
+class TcpWire:
+    """The plain protocol's framing: what `WsWire` is for WebSocket."""
+
+    __slots__ = ()
+    ping: Final = PING
+    pong: Final = _PONG
+
+    def wrap(self, framed: bytes) -> bytes:
+        return framed
+
+    def split(self, buf: bytes) -> tuple[list[list[Any]], bytes, bytes]:
+        frames, rest = raw_frames(buf)
+        return frames, rest, b""
 
 
 def source_ports(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> list[int]:
@@ -105,20 +125,30 @@ class Held(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.state = LOGGING_IN
         gen = self.gen
-        login = gen.login_frame(self.i)
-        if gen.spec.sync and gen.spec.pipeline_sync:
-            login += gen.sync_frame_of(self)  # handled right after the login
-        self.transport.write(login)  # type: ignore[union-attr]
+        if gen.spec.ws_path is not None:
+            self.state = UPGRADING
+            transport.write(gen.upgrade(self))  # type: ignore[attr-defined]
+        else:
+            gen.log_in(self)
 
     def data_received(self, data: bytes) -> None:
-        if data == _PONG and not self.buf:
-            self.gen.pongs += 1
+        gen = self.gen
+        if data == gen.pong and not self.buf:
+            gen.pongs += 1
             return  # the common case, ~33,000 a second at 1M connections: no decoding
-        frames, self.buf = raw_frames(self.buf + data if self.buf else data)
+        if self.state == UPGRADING:
+            gen.on_upgrade(self, data)
+            return
+        try:
+            frames, self.buf, reply = gen.wire.split(self.buf + data if self.buf else data)
+        except WsError as e:
+            gen.on_ws_error(self, e)
+            return
+        if reply and self.transport is not None:
+            self.transport.write(reply)
         for frame in frames:
-            self.gen.on_frame(self, frame)
+            gen.on_frame(self, frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -140,10 +170,13 @@ class Holders:
         self.spec = spec
         self.out = out
         self.loop = asyncio.get_running_loop()
+        self.wire: TcpWire | WsWire = WsWire() if spec.ws_path is not None else TcpWire()
+        self.pong = self.wire.pong
+        self.handshakes: dict[int, Handshake] = {}  # connection -> its WebSocket handshake
         self.rss0 = proc_rss() or 0  # before any connection state exists
         self.conns = [Held(self, i) for i in range(spec.count)]
         self.exp = int(time.time()) + 7 * 86_400
-        self.sync_frame = encode(Sync(1, 0, 0, 1))
+        self.sync_frame = self.wire.wrap(encode(Sync(1, 0, 0, 1)))
         self.started = 0  # connections started by the ramp
         self.pending = 0  # connects in flight
         self.held = 0
@@ -167,13 +200,57 @@ class Holders:
         if kept is not None and (frame := kept.get(i)) is not None:
             return frame
         spec = self.spec
-        frame = login_frame(spec.kid, spec.secret, spec.uid0 + i, DEVICE, self.exp)
+        frame = self.wire.wrap(login_frame(spec.kid, spec.secret, spec.uid0 + i, DEVICE, self.exp))
         if kept is not None:
             kept[i] = frame
         return frame
 
     def count(self, table: dict[str, int], key: str) -> None:
         table[key] = table.get(key, 0) + 1
+
+    def log_in(self, conn: Held) -> None:
+        """Write the LOGIN (and the SYNC behind it, when pipelined)."""
+        conn.state = LOGGING_IN
+        login = self.login_frame(conn.i)
+        if self.spec.sync and self.spec.pipeline_sync:
+            login += self.sync_frame_of(conn)  # handled right after the login
+        assert conn.transport is not None
+        conn.transport.write(login)
+
+    # -- WebSocket -------------------------------------------------------------------------
+
+    def upgrade(self, conn: Held) -> bytes:
+        """The handshake request of `conn`, whose answer `on_upgrade` takes."""
+        spec = self.spec
+        assert spec.ws_path is not None
+        hs = self.handshakes[conn.i] = Handshake(spec.host, spec.port, spec.ws_path)
+        return hs.request()
+
+    def on_upgrade(self, conn: Held, data: bytes) -> None:
+        hs = self.handshakes.get(conn.i)
+        if hs is None:
+            return
+        try:
+            early = hs.receive(data)
+        except WsError as e:
+            self.on_ws_error(conn, e)
+            return
+        if early is None:
+            return  # more of the 101 to come
+        del self.handshakes[conn.i]
+        self.log_in(conn)
+        if early:  # frames right behind the 101: none from the gateway
+            assert isinstance(self.wire, WsWire)
+            frames, reply = self.wire.messages(early)
+            if reply and conn.transport is not None:
+                conn.transport.write(reply)
+            for frame in frames:
+                self.on_frame(conn, frame)
+
+    def on_ws_error(self, conn: Held, e: WsError) -> None:
+        self.count(self.errors, "ws_handshake" if conn.state == UPGRADING else "ws_framing")
+        if conn.transport is not None:
+            conn.transport.abort()
 
     # -- opening -------------------------------------------------------------------------
 
@@ -287,7 +364,9 @@ class Holders:
             conn.transport.write(self.sync_frame_of(conn))
 
     def sync_frame_of(self, conn: Held) -> bytes:
-        return self.sync_frame if conn.since == 0 else encode(Sync(1, conn.since, 0, 1))
+        if conn.since == 0:
+            return self.sync_frame
+        return self.wire.wrap(encode(Sync(1, conn.since, 0, 1)))
 
     def _held(self, conn: Held) -> None:
         conn.state = HELD
@@ -298,16 +377,16 @@ class Holders:
         was = conn.state
         conn.state = IDLE
         conn.buf = b""
+        self.handshakes.pop(conn.i, None)
         if was == HELD:
             self.held -= 1
         if self.stopping:
             return
         if was == HELD:
             self.drops += 1
-        elif was in (LOGGING_IN, SYNCING):
-            self.count(
-                self.errors, "closed_before_login" if was == LOGGING_IN else "closed_in_sync"
-            )
+        elif was in (UPGRADING, LOGGING_IN, SYNCING):
+            why = {UPGRADING: "closed_in_handshake", LOGGING_IN: "closed_before_login"}
+            self.count(self.errors, why.get(was, "closed_in_sync"))
         self._retry(conn)
 
     # -- timers --------------------------------------------------------------------------
@@ -333,12 +412,13 @@ class Holders:
             second = int(now - t0)
             # Every slot whose second has come, those of seconds a slow tick skipped too
             # (else a busy generator would let connections idle out).
+            ping = self.wire.ping
             for sec in range(max(last_hb_second + 1, second - spec.hb_s + 1), second + 1):
                 conns = self.conns
                 for i in range(sec % spec.hb_s, spec.count, spec.hb_s):
                     conn = conns[i]
                     if conn.state >= SYNCING and conn.transport is not None:
-                        conn.transport.write(PING)
+                        conn.transport.write(ping)
             last_hb_second = second
             if now - last_report >= REPORT_EVERY_S:
                 last_report = now

@@ -10,6 +10,9 @@ Times are `time.monotonic_ns()` values, which all processes of one host share. T
 intended send time of each message travels in the first 8 bytes of its content, so the
 receiver measures the PUSH latency without any shared state with the sender.
 
+`WsLoadConnection` is the same over WebSocket (the gateway's `--ws-listen`): the opening
+handshake first (bench.wsclient), then one frame body per binary message.
+
 This is deliberately not `gateway.client`: no reconnects, no sync, no inbox — just
 enough protocol to measure the send path. The framing and login helpers below serve the
 leaner generators too (bench.holders, bench.idle_rss), which keep one slotted object per
@@ -25,8 +28,9 @@ from typing import Any, Final, Protocol
 
 import msgpack
 
-from protocol.codec import encode
-from protocol.decoder import FrameDecoder, Side
+from bench.wsclient import OP_BINARY, ClientFramer, Handshake, WsError, control_reply, read_frames
+from protocol.codec import encode, encode_body
+from protocol.decoder import Decoded, FrameDecoder, Side, decode_body
 from protocol.errors import FrameError
 from protocol.frames import (
     ConvOk,
@@ -155,7 +159,7 @@ class LoadConnection(asyncio.Protocol):
         rid = self._rid()
         fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         self._calls[rid] = fut
-        self.transport.write(encode(frame_of_rid(rid, *args)))
+        self.transport.write(self._wire(frame_of_rid(rid, *args)))
         try:
             return await asyncio.wait_for(fut, timeout)
         finally:
@@ -184,7 +188,11 @@ class LoadConnection(asyncio.Protocol):
             return
         rid = self._next_rid = self._next_rid + 1
         self.pending[rid] = intended_ns
-        transport.write(encode(Send(rid, conv_id, client_msg_id, _MSG_TEXT, content)))
+        transport.write(self._wire(Send(rid, conv_id, client_msg_id, _MSG_TEXT, content)))
+
+    def _wire(self, frame: Any) -> bytes:
+        """`frame` as written on this connection."""
+        return encode(frame)
 
     def ping(self) -> None:
         if not self.closed and self.transport is not None:
@@ -207,6 +215,9 @@ class LoadConnection(asyncio.Protocol):
             frames = e.frames
             if self.transport is not None:
                 self.transport.abort()
+        self._dispatch(frames, now)
+
+    def _dispatch(self, frames: list[Decoded], now: int) -> None:
         sink = self.sink
         for f in frames:
             kind = type(f)
@@ -249,15 +260,88 @@ class LoadConnection(asyncio.Protocol):
             self.sink.on_error(intended, "connection_lost")
 
 
+class WsLoadConnection(LoadConnection):
+    """A `LoadConnection` over WebSocket: `opened` is done once the handshake is."""
+
+    __slots__ = ("_buf", "_framer", "_handshake", "opened")
+
+    def __init__(self, uid: int, sink: LoadSink, handshake: Handshake) -> None:
+        super().__init__(uid, sink)
+        self._handshake: Handshake | None = handshake
+        self._framer = ClientFramer()
+        self._buf = b""
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def _wire(self, frame: Any) -> bytes:
+        return self._framer.frame(encode_body(frame))
+
+    def ping(self) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(self._framer.ping)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self._handshake is not None
+        transport.write(self._handshake.request())  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic_ns()
+        transport = self.transport
+        try:
+            if self._handshake is not None:
+                ws = self._handshake.receive(data)
+                if ws is None:
+                    return  # more of the 101 to come
+                self._handshake = None
+                if not self.opened.done():
+                    self.opened.set_result(None)
+            else:
+                ws, self._buf = read_frames(self._buf + data if self._buf else data)
+        except WsError as e:
+            self._broken(str(e))
+            return
+        frames: list[Decoded] = []
+        for opcode, payload in ws:
+            if opcode == OP_BINARY:
+                try:
+                    frames.append(decode_body(payload, Side.CLIENT))
+                except FrameError as e:
+                    self._broken(f"bad frame: {e}")
+                    break
+            elif (reply := control_reply(self._framer, opcode, payload)) and transport:
+                transport.write(reply)
+        self._dispatch(frames, now)
+
+    def _broken(self, why: str) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(RequestFailed(f"uid {self.uid}: {why}"))
+        self._fail_calls(why)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.opened.done():
+            self.opened.set_exception(RequestFailed(f"uid {self.uid}: closed in the handshake"))
+        super().connection_lost(exc)
+
+
 async def connect(
-    host: str, port: int, uid: int, sink: LoadSink, *, token: str, device: str, timeout: float
-) -> LoadConnection:
-    """Open a connection and log in as (`uid`, `device`)."""
+    host: str, port: int, uid: int, sink: LoadSink, *, token: str, device: str, timeout: float,
+    ws_path: str | None = None,
+) -> LoadConnection:  # fmt: skip
+    """Open a connection and log in as (`uid`, `device`); over WebSocket on `ws_path`
+    when given."""
     loop = asyncio.get_running_loop()
-    _, conn = await asyncio.wait_for(
-        loop.create_connection(lambda: LoadConnection(uid, sink), host, port), timeout
-    )
+
+    def factory() -> LoadConnection:
+        if ws_path is None:
+            return LoadConnection(uid, sink)
+        return WsLoadConnection(uid, sink, Handshake(host, port, ws_path))
+
+    _, conn = await asyncio.wait_for(loop.create_connection(factory, host, port), timeout)
     try:
+        if isinstance(conn, WsLoadConnection):
+            await asyncio.wait_for(conn.opened, timeout)
         await conn.login(token, device, timeout=timeout)
     except BaseException:
         conn.close()

@@ -114,7 +114,8 @@ def summary(result: dict[str, Any]) -> str:
     s = result["scenario"]
     lines = [f"# imgw bench {s}", "", f"`{' '.join(result.get('command', []))}`", ""]
     lines.append(f"- gateway: {result.get('gateway_workers', '?')} worker(s), backend "
-                 f"{result.get('backend', {})}")  # fmt: skip
+                 f"{result.get('backend', {})}, transport "
+                 f"{result.get('transport', 'tcp')}")  # fmt: skip
     lines.append(f"- status: {result.get('error') or 'ok'}")
     if result.get("last_view"):
         lines.append(f"- last view of the generators: {result['last_view']}")

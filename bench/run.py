@@ -1,5 +1,8 @@
 """One bench run's context: the gateway under test (spawned or attached), the sampler of
-its processes, and the timeline that the charts are drawn from."""
+its processes, and the timeline that the charts are drawn from.
+
+`host`:`port` is where the load connects: the gateway's TCP port, or with `--transport
+ws` its WebSocket listener (`ws_path` then names the path; None for plain TCP)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import argparse
 import functools
 import secrets
 import shutil
+import socket
 import tempfile
 import time
 from pathlib import Path
@@ -15,6 +19,8 @@ from urllib.parse import urlsplit
 
 from bench.common import BenchError, Gateway, GatewaySpec, Sampler, find_pid, log
 from bench.fleet import FleetView
+from bench.serve import free_port
+from bench.wsclient import WS_PATH, parse_ws_addr
 from gateway.hostport import split_host_port
 
 
@@ -50,11 +56,16 @@ class Run:
         # What the scenario measured so far: kept in the result when a later part fails.
         self.partial: dict[str, Any] = {}
         self.metrics_url: str | None = args.metrics_url  # the gateway's /metrics, if known
+        self.ws_path: str | None = None
+        ws = getattr(args, "transport", "tcp") == "ws"
         if args.spawn_gateway:
             self.kid, self.secret = "bench", secrets.token_hex(16)
             extra = list(args.gateway_arg)
             if getattr(args, "tls", False):
                 extra += test_certificate(self.workdir)
+            if ws:
+                ws_port = free_port("127.0.0.1")
+                extra += ["--ws-listen", f"127.0.0.1:{ws_port}"]
             spec = GatewaySpec(
                 store=args.store, cache=args.cache or "memory://", bus=args.bus or "local://",
                 workers=workers, shards=args.shards, hb=args.gateway_hb,
@@ -65,9 +76,14 @@ class Run:
             )  # fmt: skip
             self.gateway = Gateway(spec, self.workdir, self.kid, self.secret)
             self.host, self.port = self.gateway.host, self.gateway.port
+            if ws:
+                self.port, self.ws_path = ws_port, WS_PATH
             self.metrics_url = self.gateway.metrics_url
         else:
-            self.host, self.port = split_host_port(args.addr, default_host="127.0.0.1")
+            if ws:
+                self.host, self.port, self.ws_path = parse_ws_addr(args.addr)
+            else:
+                self.host, self.port = split_host_port(args.addr, default_host="127.0.0.1")
             self.kid, _, self.secret = args.token_key.partition(":")
             if args.gateway_pid:
                 self.gateway = Gateway.attach(args.gateway_pid)
@@ -79,6 +95,7 @@ class Run:
             gw.migrate(120)
             self.preloaded = gw.preload()
             gw.start(timeout=120 + 2 * self.workers)
+            self.wait_ws_listener()
         if gw is not None:
             self.sampler.watch("gateway", gw.pids)
         elif not self.args.spawn_gateway:
@@ -96,6 +113,24 @@ class Run:
             if pid is not None:
                 self.sampler.watch(name, functools.partial(list, (pid,)))
         self.sample(force=True)
+
+    def wait_ws_listener(self, timeout: float = 30.0) -> None:
+        """With WebSocket on a spawned gateway: wait until its WebSocket listener accepts
+        (the gateway is ready once its TCP port serves; the two open together)."""
+        if self.ws_path is None or self.gateway is None or self.gateway.proc is None:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection((self.host, self.port), timeout=1).close()
+                return
+            except OSError as e:
+                if time.monotonic() > deadline:
+                    raise BenchError(
+                        f"the gateway's WebSocket listener {self.host}:{self.port} did not "
+                        f"accept in {timeout:g} s ({e}); does its imgw serve have --ws-listen?"
+                    ) from None
+            time.sleep(0.05)  # polling a port that has no event to await
 
     def sample(self, force: bool = False) -> None:
         self.sampler.sample(force)

@@ -7,6 +7,7 @@ sending. Load comes from --procs generator processes (multiprocessing spawn, uvl
 each with its own share of the units and of the rate, and ONE pacing timer per process
 (every ~1 ms) that writes every send whose intended time has come: the schedule never
 waits for replies, so a slow gateway shows up as latency, not as a lower offered rate.
+With `--transport ws` every connection is a WebSocket (bench.loadclient.WsLoadConnection).
 
 Latency is measured from the INTENDED send time (coordinated-omission safe) to the
 SEND_ACK (durable: committed to the store) and to the PUSH at each other member. Both go
@@ -249,6 +250,7 @@ class Senders:
                 group_size=args.group_size,
                 run_id=run_id, content_size=args.content_size,
                 connect_concurrency=args.connect_concurrency, deadline_ns=deadline_ns,
+                ws_path=run.ws_path,
             )  # fmt: skip
             uid0 += args.group_size * n
             parent_end, child_end = self.ctx.Pipe()

@@ -46,6 +46,7 @@ class WorkerSpec:
     content_size: int
     connect_concurrency: int
     deadline_ns: int  # monotonic: give up after this
+    ws_path: str | None = None  # WebSocket on this path, else the plain protocol
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class Generator:
                         return await connect(
                             spec.host, spec.port, uid, placeholder,
                             token=token, device=DEVICE, timeout=min(30.0, self.remaining_s()),
+                            ws_path=spec.ws_path,
                         )  # fmt: skip
                     except OSError:
                         if attempt == 4:
