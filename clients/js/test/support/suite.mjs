@@ -1,0 +1,253 @@
+// The cases every transport must pass, against a real `imgw serve`: login, p2p and
+// group chat, resend idempotency, a resend after a lost ack, reconnect across a gateway
+// restart with nothing missed or doubled, and ids above 2^53.
+
+import assert from "node:assert/strict";
+import { after, before, describe, it } from "node:test";
+import { Client, ClientError, ErrorCode, MsgType, decodeSystemContent, mintTokenSync, nodeDialer } from "../../dist/index.js";
+import { Gateway, TOKEN_KEY } from "./gateway.mjs";
+import { Recorder, sleep, within } from "./wait.mjs";
+
+const FAST = { backoffBaseMs: 50, backoffCapMs: 300, requestTimeoutMs: 5_000 };
+
+/** A dialer that refuses while `closed` (a device out of reach). */
+function gatedDialer() {
+  const base = nodeDialer();
+  const dial = (endpoint, events, signal) =>
+    dial.closed ? Promise.reject(new Error("out of reach")) : base(endpoint, events, signal);
+  dial.closed = false;
+  return dial;
+}
+
+/** A dialer whose connections lose everything the gateway sends after the SEND of
+ * `clientMsgId` went out, then drop: the message is stored, its ack never arrives. */
+function ackLosingDialer(clientMsgId) {
+  const base = nodeDialer();
+  const marker = Buffer.from(clientMsgId, "utf8");
+  const dial = async (endpoint, events, signal) => {
+    let deaf = false;
+    const transport = await base(
+      endpoint,
+      { frame: (body) => deaf || events.frame(body), closed: (why) => events.closed(why) },
+      signal,
+    );
+    return {
+      write(bodies) {
+        transport.write(bodies);
+        const isOurSend = (b) => b[1] === 10 && Buffer.from(b).includes(marker); // [10, rid, ...]
+        if (!dial.used && bodies.some(isOurSend)) {
+          dial.used = true;
+          deaf = true;
+          setTimeout(() => transport.abort("the test dropped the connection"), 300);
+        }
+      },
+      close: () => transport.close(),
+      abort: (why) => transport.abort(why),
+    };
+  };
+  dial.used = false;
+  return dial;
+}
+
+export function chatSuite(transport) {
+  describe(`imgw-client over ${transport}`, () => {
+    const gw = new Gateway({ ws: transport === "ws" });
+    const clients = [];
+    const url = () => (transport === "ws" ? gw.wsUrl : gw.tcpUrl);
+    const open = async (uid, device, options = {}) => {
+      const client = new Client({ url: url(), uid, device, key: TOKEN_KEY, ...FAST, ...options });
+      clients.push(client);
+      const rec = new Recorder(client);
+      await within(10_000, client.connect(), `uid ${uid} to log in`);
+      return { client, rec };
+    };
+
+    before(async () => {
+      await gw.start();
+    });
+
+    after(async () => {
+      await Promise.all(clients.map((c) => c.close()));
+      await gw.dispose();
+    });
+
+    it("logs in, and a bad token is auth_failed", async () => {
+      const { client, rec } = await open(1, "login");
+      assert.equal(client.state, "online");
+      assert.equal(client.loginOk.kind, "login_ok");
+      assert.equal(client.loginOk.node, "js-test");
+      assert.ok(client.loginOk.maxFrame >= 65_536);
+      assert.deepEqual(
+        rec.states.map((s) => s.state),
+        ["connecting", "online"],
+      );
+      const stranger = new Client({ url: url(), uid: 2, device: "login", token: mintTokenSync({ key: "test:wrong", uid: 2, device: "login" }), ...FAST });
+      await assert.rejects(stranger.connect(), (e) => e instanceof ClientError && e.code === ErrorCode.AUTH_FAILED);
+      assert.equal(stranger.state, "closed");
+      await client.logout();
+      assert.equal(client.state, "closed");
+    });
+
+    it("sends and receives in a p2p conversation, with receipts and typing", async () => {
+      const a = await open(11, "p2p");
+      const b = await open(12, "p2p");
+      const conv = await a.client.openP2P(12);
+      assert.equal(await b.client.openP2P(11n), conv);
+      const ack = await a.client.send(conv, "hello b");
+      assert.equal(typeof ack.seq, "bigint");
+      assert.equal(typeof ack.msgId, "bigint");
+      await b.rec.until(() => b.rec.messages.length === 1, "b to receive");
+      const m = b.rec.messages[0];
+      assert.equal(m.text, "hello b");
+      assert.equal(m.senderUid, 11n);
+      assert.equal(m.seq, ack.seq);
+      assert.equal(m.msgId, ack.msgId);
+      assert.equal(m.clientMsgId, ack.clientMsgId);
+      assert.equal(m.caughtUp, false);
+      await b.client.send(conv, new TextEncoder().encode("hello a"));
+      await a.rec.until(() => a.rec.texts(conv).includes("hello a"), "a to receive");
+      assert.deepEqual(a.rec.texts(conv), ["hello a"]); // never its own send
+      assert.equal(b.client.read(conv, m.seq), true);
+      await a.rec.until(() => a.rec.reads.some((r) => r.readerUid === 12n && r.seq === m.seq), "a's read receipt");
+      b.client.typing(conv);
+      await a.rec.until(() => a.rec.typing.some((t) => t.uid === 12n && t.convId === conv), "typing");
+      const page = await a.client.history(conv);
+      assert.deepEqual(page.messages.map((x) => x.text), ["hello b", "hello a"]);
+      assert.equal(page.hasMore, false);
+    });
+
+    it("sends and receives in a group", async () => {
+      const a = await open(21, "group");
+      const b = await open(22, "group");
+      const c = await open(23, "group");
+      const conv = await a.client.groupCreate("team", [22, 23]);
+      const info = await b.client.groupInfo(conv);
+      assert.equal(info.title, "team");
+      assert.equal(info.ownerUid, 21n);
+      assert.deepEqual([...info.members].sort(), [21n, 22n, 23n]);
+      await a.client.send(conv, "hi team");
+      for (const who of [b, c]) {
+        await who.rec.until(() => who.rec.texts(conv).includes("hi team"), "the group message");
+      }
+      const created = b.rec.messages.find((m) => m.msgType === MsgType.SYSTEM);
+      assert.equal(decodeSystemContent(created.content)?.event, "created");
+      await c.client.send(conv, "hi from c");
+      await a.rec.until(() => a.rec.texts(conv).includes("hi from c"), "a to receive c's");
+      await b.rec.until(() => b.rec.texts(conv).includes("hi from c"), "b to receive c's");
+      await a.client.groupMembers(conv, { remove: [23] });
+      await c.rec.until(
+        () => c.rec.messages.some((m) => m.msgType === MsgType.SYSTEM && decodeSystemContent(m.content)?.event === "removed"),
+        "c to see its removal",
+      );
+      await assert.rejects(c.client.send(conv, "still here?"), (e) => e instanceof ClientError && e.code === ErrorCode.NOT_MEMBER);
+      for (const who of [a, b]) {
+        assert.deepEqual(who.rec.texts(conv).filter((t) => t !== null).length, who === a ? 1 : 2);
+      }
+    });
+
+    it("sends a client_msg_id twice and stores one message", async () => {
+      const a = await open(31, "idem");
+      const b = await open(32, "idem");
+      const conv = await a.client.openP2P(32);
+      const first = await a.client.send(conv, "once", { clientMsgId: "idem-1" });
+      const again = await a.client.send(conv, "once", { clientMsgId: "idem-1" });
+      assert.equal(again.seq, first.seq);
+      assert.equal(again.msgId, first.msgId);
+      await assert.rejects(
+        a.client.send(conv, "another text", { clientMsgId: "idem-1" }),
+        (e) => e instanceof ClientError && e.code === ErrorCode.IDEMPOTENCY_CONFLICT,
+      );
+      await b.rec.until(() => b.rec.messages.length >= 1, "b to receive");
+      await sleep(200);
+      assert.deepEqual(b.rec.texts(conv), ["once"]);
+      const page = await b.client.history(conv);
+      assert.equal(page.messages.filter((m) => m.clientMsgId === "idem-1").length, 1);
+    });
+
+    it("sends again with the same client_msg_id when the ack is lost, and the message is stored once", async () => {
+      const dial = ackLosingDialer("lost-ack-1");
+      const a = await open(41, "lostack", { dial });
+      const b = await open(42, "lostack");
+      const conv = await a.client.openP2P(42);
+      const ack = await within(10_000, a.client.send(conv, "ack lost", { clientMsgId: "lost-ack-1" }), "the resent send");
+      assert.ok(dial.used, "the first SEND's connection was dropped");
+      assert.ok(a.client.stats.sendRetries >= 1);
+      assert.ok(a.client.stats.reconnects >= 1);
+      await b.rec.until(() => b.rec.messages.length >= 1, "b to receive");
+      await sleep(200);
+      assert.deepEqual(b.rec.texts(conv), ["ack lost"]);
+      const page = await a.client.history(conv);
+      assert.deepEqual(page.messages.map((m) => [m.seq, m.clientMsgId]), [[ack.seq, "lost-ack-1"]]);
+    });
+
+    it("keeps ids above 2^53 exact: uids, conversations, messages, history", async () => {
+      const big = 2n ** 60n + 7n;
+      const other = 2n ** 63n + 9n;
+      const a = await open(big, "big");
+      const b = await open(other, "big");
+      const conv = await a.client.openP2P(other);
+      const ack = await a.client.send(conv, "big ids");
+      await b.rec.until(() => b.rec.messages.length === 1, "b to receive");
+      const m = b.rec.messages[0];
+      assert.equal(m.senderUid, big);
+      assert.equal(m.msgId, ack.msgId);
+      const back = await b.client.send(conv, "and back");
+      await a.rec.until(() => a.rec.messages.length === 1, "a to receive");
+      assert.equal(a.rec.messages[0].senderUid, other);
+      const page = await b.client.history(conv);
+      assert.deepEqual(page.messages.map((x) => x.senderUid), [big, other]);
+      assert.deepEqual(page.messages.map((x) => x.msgId), [ack.msgId, back.msgId]);
+      const group = await a.client.groupCreate("big", [other]);
+      const info = await b.client.groupInfo(group);
+      assert.equal(info.ownerUid, big);
+      assert.deepEqual([...info.members].sort(), [big, other].sort());
+      b.client.read(conv, back.seq);
+      await a.rec.until(() => a.rec.reads.some((r) => r.readerUid === other), "the read receipt");
+      const presence = await a.client.presence([other]);
+      assert.deepEqual(presence.get(other), ["big"]);
+    });
+
+    // Last: it restarts the gateway.
+    it("reconnects across a gateway restart: what the peer sent meanwhile arrives once", async () => {
+      const dial = gatedDialer();
+      const a = await open(51, "restart");
+      const b = await open(52, "restart", { dial });
+      const conv = await a.client.openP2P(52);
+      await a.client.send(conv, "before");
+      await b.rec.until(() => b.rec.texts(conv).includes("before"), "the first message");
+
+      await gw.kill();
+      dial.closed = true; // b stays away until the end
+      await a.rec.until(() => a.client.state !== "online", "a to notice");
+      await b.rec.until(() => b.client.state !== "online", "b to notice");
+      const whileDown = a.client.send(conv, "while down"); // queued: no gateway
+      const bOffline = b.client.send(conv, "from b, offline");
+      await sleep(100);
+      assert.deepEqual(a.client.pendingSends.map((p) => new TextDecoder().decode(p.content)), ["while down"]);
+
+      await gw.start();
+      await within(10_000, whileDown, "the queued send");
+      await a.client.send(conv, "while b is away 1");
+      await a.client.send(conv, "while b is away 2");
+      await a.rec.until(() => a.rec.states.some((s) => s.state === "back"), "a to be back");
+
+      dial.closed = false;
+      await within(10_000, bOffline, "b's queued send");
+      await b.rec.until(() => b.rec.states.some((s) => s.state === "back"), "b to be back");
+      await a.rec.until(() => a.rec.texts(conv).includes("from b, offline"), "a to get b's queued message");
+      await sleep(300); // time for anything doubled to show
+      assert.deepEqual(b.rec.texts(conv), ["before", "while down", "while b is away 1", "while b is away 2"]);
+      assert.deepEqual(
+        b.rec.messages.map((m) => m.caughtUp),
+        [false, true, true, true],
+      );
+      const back = b.rec.states.filter((s) => s.state === "back");
+      assert.deepEqual(back.map((s) => s.caughtUp), [3]);
+      assert.deepEqual(a.rec.texts(conv), ["from b, offline"]);
+      const states = a.rec.states.map((s) => s.state);
+      assert.ok(states.includes("offline") && states.lastIndexOf("online") > states.indexOf("offline"), states.join(","));
+      const page = await a.client.history(conv);
+      assert.deepEqual(page.messages.map((m) => m.text), ["before", "while down", "while b is away 1", "while b is away 2", "from b, offline"]);
+    });
+  });
+}

@@ -1,0 +1,4 @@
+// The SDK over TCP against a real gateway.
+import { chatSuite } from "./support/suite.mjs";
+
+chatSuite("tcp");
