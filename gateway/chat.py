@@ -56,7 +56,8 @@ def add_arguments(p: argparse.ArgumentParser, *, default_key: str) -> None:
         "--addr",
         default="127.0.0.1:7070",
         metavar="HOST:PORT[,HOST:PORT]",
-        help="gateway address(es) (default 127.0.0.1:7070)",
+        help="gateway address(es) (default 127.0.0.1:7070), or WebSocket URLs "
+        "(ws://HOST:PORT/ws, wss:// with --tls)",
     )
     p.add_argument(
         "--device",

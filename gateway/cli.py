@@ -84,6 +84,18 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS on the client port")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument(
+        "--ws-listen",
+        metavar="HOST:PORT",
+        help="also serve WebSocket clients at ws://HOST:PORT/ws (wss:// with --tls-cert), "
+        "and the browser chat page at http://HOST:PORT/ (off)",
+    )
+    p.add_argument(
+        "--ws-origins",
+        metavar="ORIGINS",
+        help="browser origins allowed to open a WebSocket, comma-separated, or * (default: "
+        "any on a loopback --ws-listen, else none but its own page)",
+    )
+    p.add_argument(
         "--admin-port", type=int, help="HTTP port for /healthz /readyz /metrics, POST /drain"
     )
     p.add_argument(
@@ -187,6 +199,7 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> Config:
     names = [
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "tls_cert", "tls_key",
+        "ws_listen", "ws_origins",
         "check_url", "check_timeout_ms", "check_fail", "notify_url", "notify_token", "admin_port",
         "admin_host", "admin_token", "hb", "idle", "login_timeout", "max_frame", "max_content",
         "max_connections", "client_transport",

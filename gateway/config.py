@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from gateway.hostport import split_host_port
 from protocol.ops import MAX_CONTENT_DEFAULT, MAX_FRAME_DEFAULT
@@ -34,6 +35,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def parse_origins(spec: str) -> frozenset[str] | None:
+    """``--ws-origins``: ``*`` (any), or comma-separated origins; "" (none)."""
+    parts = [p.strip().rstrip("/") for p in spec.split(",") if p.strip()]
+    if "*" in parts:
+        return None
+    for p in parts:
+        u = urlsplit(p)
+        if u.scheme not in ("http", "https") or not u.netloc or u.path:
+            raise ValueError(f"{p!r} is not an origin like https://chat.example.com")
+    return frozenset(parts)
+
+
 class ConfigError(ValueError):
     """A setting is missing or invalid; the message says which and what to do."""
 
@@ -51,6 +64,13 @@ class Config:
     # TLS on the client port: a PEM certificate chain and its private key (both or none)
     tls_cert: str = ""
     tls_key: str = ""
+    # WebSocket clients (gateway/websocket.py) at ws://ws_listen/ws (wss:// with the TLS
+    # above), and the browser chat page at its /. "" = no WebSocket listener.
+    ws_listen: str = ""
+    # Browser origins that may open a WebSocket: "*" (any), or comma-separated origins;
+    # "" = any on a loopback listener, else none but the listener's own page. Clients
+    # that send no Origin (not browsers) are always let in.
+    ws_origins: str = ""
     # Session timing (seconds); hb and idle are announced in LOGIN_OK.
     hb: int = 30
     idle: int = 75
@@ -264,9 +284,28 @@ class Config:
         if self.log_format not in ("console", "json"):
             raise ConfigError("log_format must be console or json")
         self._validate_media()
+        self._validate_ws()
         for name, url in (("store", self.store_url()), ("cache", self.cache), ("bus", self.bus)):
             if "://" not in url:
                 raise ConfigError(f"--{name} must be a URL like scheme://..., got {url!r}")
+
+    def _validate_ws(self) -> None:
+        if self.ws_listen:
+            try:
+                split_host_port(self.ws_listen, any_port=True)
+            except ValueError as e:
+                raise ConfigError(f"ws_listen: {e}") from None
+        try:
+            parse_origins(self.ws_origins)
+        except ValueError as e:
+            raise ConfigError(f"ws_origins: {e}") from None
+
+    def ws_origin_set(self) -> frozenset[str] | None:
+        """The origins `ws_origins` allows (None: any), with its default applied."""
+        if not self.ws_origins:
+            host = split_host_port(self.ws_listen, any_port=True)[0] if self.ws_listen else ""
+            return None if is_loopback(host) else frozenset()
+        return parse_origins(self.ws_origins)
 
     def _validate_media(self) -> None:
         if not self.media:

@@ -261,25 +261,43 @@ class Connection(asyncio.Protocol):
             self.fail(e.code, str(e))
             return
         if buffered := decoder.buffered:
-            node.partial_bytes += buffered - held
             if decoder is node.decoder:
                 self.decoder, node.decoder = decoder, node.new_decoder()
-            if self.state == State.ACTIVE and (frames or not self.phase_deadline):
-                # the unfinished frame started in this read: it has frame_timeout
-                self.phase_deadline = self.last_rx + node.config.frame_timeout
-                node.wheel.schedule(self, self.phase_deadline)
-            if node.partial_bytes > node.config.max_partial_bytes:
-                self.fail(ErrorCode.BAD_FRAME, "server busy: too many unfinished frames")
+            # the unfinished frame started in this read, or none had a deadline yet
+            if not self.unfinished_frame(buffered - held, bool(frames) or not self.phase_deadline):
                 return
         elif decoder is self.decoder:
-            node.partial_bytes -= held
             self.decoder = None  # the frame completed: back to owning none
-            if self.state == State.ACTIVE:
-                self.phase_deadline = 0.0
+            self.frame_finished(held)
         for frame in frames:
             if self.state >= State.CLOSING:
                 return
             self._accept(frame)
+
+    def unfinished_frame(self, grown: int, started: bool) -> bool:
+        """The transport holds `grown` more bytes of an unfinished frame (TCP: in this
+        connection's decoder; WebSocket: in its transport). The node's total is bounded
+        by max_partial_bytes, and a frame that `started` has frame_timeout to complete.
+        False when that failed the connection."""
+        node = self.node
+        node.partial_bytes += grown
+        if self.state == State.ACTIVE and started:
+            self.phase_deadline = self.last_rx + node.config.frame_timeout
+            node.wheel.schedule(self, self.phase_deadline)
+        if node.partial_bytes > node.config.max_partial_bytes:
+            self.fail(ErrorCode.BAD_FRAME, "server busy: too many unfinished frames")
+            return False
+        return True
+
+    def frame_finished(self, held: int) -> None:
+        """The unfinished frame of `held` bytes completed (or its connection is gone)."""
+        self.node.partial_bytes -= held
+        if self.state == State.ACTIVE:
+            self.phase_deadline = 0.0
+
+    def _mid_frame(self) -> bool:
+        """A frame has started and not completed, here or in a WebSocket transport."""
+        return self.decoder is not None or getattr(self.transport, "unfinished", 0) > 0
 
     def eof_received(self) -> bool | None:
         return None  # close our side too
@@ -525,7 +543,7 @@ class Connection(asyncio.Protocol):
         if now - self.last_rx >= cfg.idle:
             self.close()
             return None
-        if self.phase_deadline and now >= self.phase_deadline and self.decoder is not None:
+        if self.phase_deadline and now >= self.phase_deadline and self._mid_frame():
             self.fail(ErrorCode.BAD_FRAME, f"frame not completed within {cfg.frame_timeout:g} s")
             return None
         if self.token_deadline and now >= self.token_deadline:

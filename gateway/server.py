@@ -24,6 +24,7 @@ import itertools
 import os
 import signal
 import socket
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -32,7 +33,7 @@ import structlog
 import uvloop
 
 from gateway.admin import AdminServer
-from gateway.config import REDIS_URLS, Config
+from gateway.config import REDIS_URLS, Config, ConfigError
 from gateway.connection import Connection
 from gateway.fdtransport import FdServer
 from gateway.gctune import quiet_gc
@@ -43,6 +44,7 @@ from gateway.logs import configure
 from gateway.media import Media
 from gateway.mediahttp import MediaHttpServer
 from gateway.node import PACE_STEP_S, Node, due_by
+from gateway.websocket import WS_PATH, WsPolicy, WsTransport, load_pages
 from protocol.ops import KickReason
 from storage.errors import BackendUnavailable
 from storage.factory import BackendError, Backends, open_backends
@@ -78,6 +80,8 @@ class Server:
         self.node: Node | None = None
         self.backends: Backends | None = None
         self._server: asyncio.Server | FdServer | None = None
+        self._ws_server: asyncio.Server | FdServer | None = None  # --ws-listen
+        self.ws_url = ""  # ws://host:port/ws once it listens
         self._admin: AdminServer | None = None
         self.media_http: MediaHttpServer | None = None  # --media-listen
         self._lease: WorkerIdLease | None = None
@@ -91,6 +95,12 @@ class Server:
     def port(self) -> int:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def ws_port(self) -> int:
+        """The WebSocket listener's port (--ws-listen)."""
+        assert self._ws_server is not None
+        return int(self._ws_server.sockets[0].getsockname()[1])
 
     async def start(self) -> None:
         cfg = self.config
@@ -165,15 +175,56 @@ class Server:
                 ssl_handshake_timeout=cfg.login_timeout if cfg.tls_cert else None,
                 **where,
             )
+        if cfg.ws_listen:
+            await self._start_ws(node, tls)
         self.log.info(
             "imgw listening",
             host=cfg.host,
             port=self.port,
+            ws=self.ws_url or None,
             node=node.node_id,
             store=cfg.store_url(),
             cache=cfg.cache,
             bus=cfg.bus,
             admin_port=cfg.admin_port or None,
+        )
+
+    async def _start_ws(self, node: Node, tls: ssl.SSLContext | None) -> None:
+        """The WebSocket listener (gateway/websocket.py): bare file descriptors like the
+        client port, uvloop's transports with TLS."""
+        cfg = self.config
+        host, port = split_host_port(cfg.ws_listen, any_port=True)
+        origins = cfg.ws_origin_set()
+        policy = WsPolicy(max_frame=cfg.max_frame, origins=origins, pages=load_pages())
+
+        def factory() -> WsTransport:
+            return WsTransport(Connection(node), policy)
+
+        loop = asyncio.get_running_loop()
+        if tls is None:
+            sock = bind_listener(host, port, reuse_port=self.reuse_port, backlog=BACKLOG)
+            if sock is None:
+                raise ConfigError(f"ws_listen {cfg.ws_listen}: names several addresses")
+            ws_server = FdServer(loop, sock, factory)
+            ws_server.start()
+            self._ws_server = ws_server
+        else:
+            self._ws_server = await loop.create_server(
+                factory, host, port, backlog=BACKLOG, ssl=tls, reuse_address=True,
+                reuse_port=self.reuse_port or None, ssl_handshake_timeout=cfg.login_timeout,
+            )  # fmt: skip
+        bound = self._ws_server.sockets[0].getsockname()
+        shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+        self.ws_url = f"{'wss' if tls else 'ws'}://{shown}:{bound[1]}{WS_PATH}"
+        if origins is None:
+            allowed = "any (loopback)" if not cfg.ws_origins else "any (--ws-origins *)"
+        else:
+            allowed = ", ".join(sorted(origins)) or "none but its own page (--ws-origins)"
+        self.log.info(
+            "websocket listening",
+            url=self.ws_url,
+            page="/" in policy.pages,
+            browser_origins=allowed,
         )
 
     async def _bind_admin(self, admin: AdminServer) -> None:
@@ -383,6 +434,8 @@ class Server:
         try:
             if self._server is not None:
                 self._server.close()
+            if self._ws_server is not None:
+                self._ws_server.close()
             await self._kick_sessions(rate, reason, text, hint)
             try:
                 await asyncio.wait_for(node.batcher.drain(), timeout=cfg.shutdown_timeout)

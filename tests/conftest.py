@@ -50,6 +50,9 @@ def test_config(tmp_path: Path, **overrides: Any) -> Config:
 # two servers (3306 and the second MariaDB, scripts/mariadb-second). cluster: MySQL +
 # a 3-master Redis Cluster.
 BACKENDS = ("embedded", "mysql", "production", "sharded", "cluster")
+# The protocol modules marked `websocket` run on TCP on every backend, and also with
+# their clients on WebSocket (Wire over --ws-listen) on these.
+WS_BACKENDS = ("embedded", "production")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -58,7 +61,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("backends")
         chosen = marker.args if marker else BACKENDS
-        metafunc.parametrize("backend", chosen)
+        defn = metafunc.definition
+        if defn.get_closest_marker("websocket") is None or defn.get_closest_marker("tcp_only"):
+            metafunc.parametrize("backend", chosen)
+            return
+        combos = [(b, "tcp") for b in chosen] + [(b, "ws") for b in chosen if b in WS_BACKENDS]
+        metafunc.parametrize(("backend", "transport"), combos)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -135,19 +143,36 @@ async def backend_urls(
 
 
 @pytest.fixture
+def transport() -> str:
+    """How the test's `Wire` clients connect: "tcp", or "ws" (parametrized by the
+    `websocket` marker)."""
+    return "tcp"
+
+
+@pytest.fixture
 async def start_gateway(
-    tmp_path: Path, backend_urls: dict[str, str]
+    tmp_path: Path, backend_urls: dict[str, str], transport: str
 ) -> AsyncIterator[StartGateway]:
-    """Start in-process gateways with config overrides; all are shut down at the end."""
+    """Start in-process gateways with config overrides; all are shut down at the end.
+    With the "ws" transport each also listens for WebSocket clients, and `Wire`
+    connects to it that way."""
     servers: list[Server] = []
+    ports: list[int] = []
 
     async def start(**overrides: Any) -> Server:
+        if transport == "ws":
+            overrides.setdefault("ws_listen", "127.0.0.1:0")
         server = Server(test_config(tmp_path, **{**backend_urls, **overrides}))
         await server.start()
         servers.append(server)
+        if transport == "ws":
+            Wire.by_websocket[server.port] = server.ws_port
+            ports.append(server.port)
         return server
 
     yield start
+    for port in ports:
+        Wire.by_websocket.pop(port, None)
     for server in servers:
         await server.shutdown()
 

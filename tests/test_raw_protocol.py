@@ -1,14 +1,17 @@
 """An independent client written from docs/protocol.md alone.
 
 This module talks to a gateway subprocess with a blocking `socket` and `msgpack`
-only. It deliberately imports nothing from this project: frames, tokens and codes
-are built from the normative spec, so a mistake shared by the project's own codec
-and its server cannot hide here.
+only, or over WebSocket with the `websockets` library's blocking client (each test
+runs on both, unless it is about the TCP framing itself: `tcp_only`). It deliberately
+imports nothing from this project: frames, tokens and codes are built from the
+normative spec, so a mistake shared by the project's own codec and its server cannot
+hide here.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -25,6 +28,9 @@ from typing import Any
 
 import msgpack
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection
+from websockets.sync.client import connect as ws_connect
 
 # --- Settings the fixture starts the gateway with --------------------------------
 
@@ -148,8 +154,24 @@ class Closed(Exception):
 
 
 class Conn:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT)
+    """One client connection: TCP (frames are LEN + body), or WebSocket (`ws_port`:
+    one binary message per frame body, docs/protocol.md "WebSocket")."""
+
+    def __init__(self, port: int, ws_port: int | None = None) -> None:
+        self.ws: ClientConnection | None = None
+        self._stack = contextlib.ExitStack()
+        if ws_port is not None:
+            self.ws = self._stack.enter_context(
+                ws_connect(
+                    f"ws://127.0.0.1:{ws_port}/ws",
+                    compression=None,
+                    ping_interval=None,
+                    max_size=None,
+                    open_timeout=READ_TIMEOUT,
+                )
+            )
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port), timeout=READ_TIMEOUT)
         self.buf = bytearray()
         self.stash: list[list[Any]] = []
         self._rids = itertools.count(1)
@@ -161,13 +183,30 @@ class Conn:
         return next(self._rids)
 
     def close(self) -> None:
-        self.sock.close()
+        if self.ws is not None:
+            self._stack.close()
+        else:
+            self.sock.close()
 
     # -- writing
     def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        """Bytes as TCP carries them. On WebSocket each whole frame of `data` goes as one
+        message (a tcp_only test is one that sends part of a frame)."""
+        if self.ws is None:
+            self.sock.sendall(data)
+            return
+        while data:
+            assert len(data) >= 4, "part of a LEN: a TCP-only test"
+            (n,) = struct.unpack(">I", data[:4])
+            assert len(data) >= 4 + n, "part of a frame: a TCP-only test"
+            self.ws.send(data[4 : 4 + n])
+            data = data[4 + n :]
 
     def send(self, *frames: Any) -> None:
+        if self.ws is not None:
+            for f in frames:
+                self.ws.send(msgpack.packb(f, use_bin_type=True))
+            return
         self.sock.sendall(b"".join(encode(f) for f in frames))
 
     # -- reading
@@ -176,6 +215,15 @@ class Conn:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no complete frame (have {len(self.buf)} of {n} bytes)")
+            if self.ws is not None:
+                try:
+                    message = self.ws.recv(timeout=remaining)
+                except ConnectionClosed:
+                    raise Closed from None
+                assert isinstance(message, bytes), f"server sent a text message: {message!r}"
+                assert message, "server sent an empty message"
+                self.buf += struct.pack(">I", len(message)) + message  # one frame
+                continue
             self.sock.settimeout(remaining)
             try:
                 chunk = self.sock.recv(1 << 16)
@@ -312,16 +360,24 @@ def _free_port() -> int:
 
 
 class Gateway:
-    def __init__(self, port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    def __init__(self, port: int, ws_port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
         self.port = port
+        self.ws_port = ws_port  # the same gateway's WebSocket listener
         self.proc = proc
         self.log = log
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each test runs over TCP and over WebSocket, but those about the TCP framing."""
+    if "transport" in metafunc.fixturenames:
+        tcp_only = metafunc.definition.get_closest_marker("tcp_only") is not None
+        metafunc.parametrize("transport", ["tcp"] if tcp_only else ["tcp", "ws"])
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     tmp = tmp_path_factory.mktemp("rawgw")
-    port = _free_port()
+    port, ws_port = _free_port(), _free_port()
     log = tmp / "gateway.log"
     cmd = [
         sys.executable,
@@ -330,6 +386,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         "serve",
         "--port",
         str(port),
+        "--ws-listen",
+        f"127.0.0.1:{ws_port}",
         "--data-dir",
         str(tmp / "data"),
         "--token-key",
@@ -351,13 +409,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
             if proc.poll() is not None:
                 raise RuntimeError(f"gateway exited {proc.returncode}:\n{log.read_text()}")
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                socket.create_connection(("127.0.0.1", ws_port), timeout=1).close()
                 break
             except OSError:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"gateway did not listen:\n{log.read_text()}") from None
                 time.sleep(0.05)
-        yield Gateway(port, proc, log)
+        yield Gateway(port, ws_port, proc, log)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -373,11 +431,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 
 
 @pytest.fixture
-def connect(gateway: Gateway) -> Iterator[Callable[[], Conn]]:
+def connect(gateway: Gateway, transport: str) -> Iterator[Callable[[], Conn]]:
     conns: list[Conn] = []
 
     def _connect() -> Conn:
-        c = Conn(gateway.port)
+        c = Conn(gateway.port, gateway.ws_port if transport == "ws" else None)
         conns.append(c)
         return c
 
@@ -533,6 +591,7 @@ def test_login_and_ping_in_one_write(connect: Callable[[], Conn]) -> None:
     assert c.read_frame() == [PONG]
 
 
+@pytest.mark.tcp_only
 def test_frame_split_across_writes(connect: Callable[[], Conn]) -> None:
     c = connect()
     data = encode([LOGIN, 1, login_map(new_uid(), "d1")])
@@ -550,6 +609,7 @@ def test_ping_pong(login: Callable[..., Conn]) -> None:
     assert c.read_frame() == [PONG]
 
 
+@pytest.mark.tcp_only
 def test_ping_bytes_that_complete_a_partial_frame_are_not_a_heartbeat(
     login: Callable[..., Conn],
 ) -> None:
@@ -646,6 +706,7 @@ def test_len_zero_is_bad_frame(connect: Callable[[], Conn]) -> None:
     assert_error_then_close(c, BAD_FRAME, 0)
 
 
+@pytest.mark.tcp_only
 @pytest.mark.parametrize("length", [MAX_FRAME + 1, 0xFFFFFFFF])
 def test_len_over_max_frame_refused_before_body(connect: Callable[[], Conn], length: int) -> None:
     c = connect()
@@ -654,6 +715,7 @@ def test_len_over_max_frame_refused_before_body(connect: Callable[[], Conn], len
     assert_error_then_close(c, FRAME_TOO_LARGE)
 
 
+@pytest.mark.tcp_only
 def test_len_over_max_frame_after_login(login: Callable[..., Conn]) -> None:
     c = login()
     c.send_raw(struct.pack(">I", MAX_FRAME + 1))

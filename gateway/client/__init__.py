@@ -41,7 +41,7 @@ from gateway.client.errors import (
     kick_name,
 )
 from gateway.client.inbox import ClientStats, Event
-from gateway.client.link import Address, parse_addresses
+from gateway.client.link import Address, Endpoint, parse_addresses
 
 __all__ = [
     "Address",
@@ -49,6 +49,7 @@ __all__ = [
     "ClientError",
     "ClientStats",
     "ConnectionLost",
+    "Endpoint",
     "Event",
     "RequestTimeout",
     "SessionEnded",

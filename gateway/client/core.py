@@ -21,7 +21,14 @@ from gateway.client.errors import (
     kick_name,
 )
 from gateway.client.inbox import ClientStats, Event, FirstPage, Inbox
-from gateway.client.link import READ_CHUNK, Address, Link, open_link, parse_addresses
+from gateway.client.link import (
+    READ_CHUNK,
+    Endpoint,
+    Link,
+    describe,
+    open_link,
+    parse_addresses,
+)
 from protocol.codec import encode
 from protocol.errors import FrameError
 from protocol.frames import (
@@ -116,7 +123,8 @@ class _Incoming:
 class Client:
     """A logged-in device: ``await connect()``, or ``async with Client(...) as c:``.
 
-    `addresses`: "host:port", "h1:p1,h2:p2" or (host, port) pairs; `token`: a string,
+    `addresses`: "host:port", "h1:p1,h2:p2", "ws://host:port/ws" (WebSocket; "wss://"
+    with TLS) or (host, port) pairs; `token`: a string,
     or a callable returning one (or an awaitable of one), called for every login.
     `reconnect`: log in again after a lost connection or KICK draining / shutdown,
     sleeping ``uniform(0, min(backoff_cap, backoff_base * 2**attempt))`` before each
@@ -136,7 +144,7 @@ class Client:
 
     def __init__(
         self,
-        addresses: Sequence[Address] | str,
+        addresses: Sequence[Endpoint] | str,
         uid: int,
         device: str,
         token: TokenSource,
@@ -170,7 +178,7 @@ class Client:
         self._link: Link | None = None
         self._link_event = asyncio.Event()  # set while a link is up or the session is over
         self._next_addr = 0
-        self._hint: Address | None = None  # a KICK's reconnect_hint, tried first
+        self._hint: Endpoint | None = None  # a KICK's reconnect_hint, tried first
         self._next_rid = 0
         self._pending: dict[int, asyncio.Future[ServerFrame]] = {}
         self._pongs: deque[asyncio.Future[None] | None] = deque()  # None: a heartbeat's
@@ -225,7 +233,7 @@ class Client:
             if self._catch_up:
                 await self._inbox.catch_up(self._take_first_sync())
             return link.login_ok
-        where = ",".join(f"{host}:{port}" for host, port in self.addresses)
+        where = ",".join(map(describe, self.addresses))
         raise ConnectionLost(f"cannot connect to {where}: {failure}") from failure
 
     async def wait_connected(self) -> LoginOk:
@@ -520,7 +528,7 @@ class Client:
 
     # -- connections ----------------------------------------------------------------------
 
-    def _pick_address(self) -> Address:
+    def _pick_address(self) -> Endpoint:
         if self._hint is not None:
             addr, self._hint = self._hint, None
             return addr
@@ -528,7 +536,7 @@ class Client:
         self._next_addr += 1
         return addr
 
-    async def _open(self, addr: Address) -> Link:
+    async def _open(self, addr: Endpoint) -> Link:
         source = self._token
         if isinstance(source, str):
             token = source

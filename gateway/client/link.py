@@ -1,4 +1,5 @@
-"""Gateway addresses and one logged-in TCP connection (`Link`)."""
+"""Gateway endpoints and one logged-in connection (`Link`): TCP to a (host, port)
+address, or WebSocket to a ``ws://`` or ``wss://`` URL (gateway/client/wsstream.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from gateway.client.errors import ClientError, ConnectionLost
+from gateway.client.wsstream import WsStream, check_ws_url, is_ws_url
 from gateway.hostport import Address as Address
 from gateway.hostport import split_host_port
 from protocol.codec import encode
@@ -21,20 +23,48 @@ MAX_INBOUND_FRAME: Final = 64 << 20
 """The client's limit on a server frame: PULL pages may exceed the server's max_frame."""
 
 
-def parse_addresses(spec: str | Sequence[Address]) -> list[Address]:
-    """``"host:port"``, ``"h1:p1,h2:p2"`` (``[v6]:port`` too) or (host, port) pairs."""
-    out: list[Address] = []
-    if isinstance(spec, str):
-        out = [split_host_port(part) for part in filter(None, map(str.strip, spec.split(",")))]
-    else:
-        out = [(str(host), int(port)) for host, port in spec]
+Endpoint = Address | str
+"""A TCP (host, port), or a WebSocket URL (``ws://host:port/ws``, ``wss://...``)."""
+
+
+class StreamIn(Protocol):
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class StreamOut(Protocol):
+    @property
+    def transport(self) -> asyncio.WriteTransport: ...
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    async def wait_closed(self) -> None: ...
+
+
+def parse_addresses(spec: str | Sequence[Endpoint]) -> list[Endpoint]:
+    """``"host:port"``, ``"h1:p1,h2:p2"`` (``[v6]:port`` too), ``ws://host:port/ws``
+    or ``wss://`` URLs (mixed as one likes), or (host, port) pairs."""
+    out: list[Endpoint] = []
+    parts = list(filter(None, map(str.strip, spec.split(",")))) if isinstance(spec, str) else spec
+    for part in parts:
+        if isinstance(part, str):
+            if is_ws_url(part):
+                check_ws_url(part)
+                out.append(part)
+            else:
+                out.append(split_host_port(part))
+        else:
+            host, port = part
+            out.append((str(host), int(port)))
     if not out:
         raise ValueError("no gateway address given")
     return out
 
 
+def describe(endpoint: Endpoint) -> str:
+    return endpoint if isinstance(endpoint, str) else f"{endpoint[0]}:{endpoint[1]}"
+
+
 class Link:
-    """One TCP connection after its LOGIN_OK."""
+    """One connection after its LOGIN_OK."""
 
     __slots__ = (
         "addr", "backlog", "dead", "decoder", "kick", "last_rx", "login_ok", "reader", "writer",
@@ -42,9 +72,9 @@ class Link:
 
     def __init__(
         self,
-        addr: Address,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        addr: Endpoint,
+        reader: StreamIn,
+        writer: StreamOut,
         decoder: FrameDecoder,
         login_ok: LoginOk,
         backlog: list[Frame | Invalid],
@@ -68,7 +98,7 @@ class Link:
 
 
 async def open_link(
-    addr: Address, login: Login, tls: ssl.SSLContext | None = None, *, then: bytes = b""
+    addr: Endpoint, login: Login, tls: ssl.SSLContext | None = None, *, then: bytes = b""
 ) -> Link:
     """Connect and LOGIN (bound it with asyncio.timeout). `then`: encoded requests sent
     in the LOGIN's write, right behind it (docs/protocol.md allows it: the server handles
@@ -78,7 +108,12 @@ async def open_link(
     Raises ClientError with the server's ERROR (auth_failed...), ConnectionLost if the
     server closes first, OSError if it cannot be reached.
     """
-    reader, writer = await asyncio.open_connection(*addr, ssl=tls)
+    reader: StreamIn
+    writer: StreamOut
+    if isinstance(addr, str):
+        reader = writer = await WsStream.open(addr, tls=tls, max_size=MAX_INBOUND_FRAME)
+    else:
+        reader, writer = await asyncio.open_connection(*addr, ssl=tls)
     try:
         decoder = FrameDecoder(max_frame=MAX_INBOUND_FRAME, side=Side.CLIENT)
         writer.write(encode(login) + then)
@@ -86,7 +121,7 @@ async def open_link(
         while not frames:
             data = await reader.read(READ_CHUNK)
             if not data:
-                raise ConnectionLost(f"{addr[0]}:{addr[1]} closed the connection at login")
+                raise ConnectionLost(f"{describe(addr)} closed the connection at login")
             try:
                 frames = decoder.feed(data)
             except FrameError as e:

@@ -34,6 +34,8 @@ from protocol.ops import ErrorCode
 from tests.conftest import StartGateway
 from tests.support.wire import Wire
 
+pytestmark = pytest.mark.websocket
+
 
 async def _round_trip(w: Wire, frame: Ping | Send, reply: type) -> float:
     started = time.monotonic()
@@ -103,6 +105,7 @@ async def test_requests_over_the_op_budget_are_refused_then_served_again(
     assert isinstance(await w.wait_for(Pong), Pong)  # heartbeats never count
 
 
+@pytest.mark.tcp_only  # partial TCP frames; tests/e2e/test_websocket.py has WebSocket's
 @pytest.mark.backends("embedded")
 async def test_an_unfinished_frame_is_closed_after_frame_timeout(
     start_gateway: StartGateway,
@@ -129,6 +132,7 @@ async def test_an_unfinished_frame_is_closed_after_frame_timeout(
     assert node.partial_bytes == 0
 
 
+@pytest.mark.tcp_only  # partial TCP frames; tests/e2e/test_websocket.py has WebSocket's
 @pytest.mark.backends("embedded")
 async def test_unfinished_frames_are_bounded_across_the_node(
     start_gateway: StartGateway,

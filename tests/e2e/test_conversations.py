@@ -6,6 +6,7 @@ import asyncio
 import struct
 
 import msgpack
+import pytest
 
 from gateway.server import Server
 from protocol.frames import (
@@ -37,6 +38,8 @@ from protocol.frames import (
 )
 from protocol.ops import ConvKind, ErrorCode, MsgType
 from tests.support.wire import Wire
+
+pytestmark = pytest.mark.websocket
 
 
 async def conv_of(reply: object) -> int:

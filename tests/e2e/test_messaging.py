@@ -29,6 +29,8 @@ from protocol.ops import ErrorCode, MsgType
 from tests.conftest import StartGateway
 from tests.support.wire import Wire
 
+pytestmark = pytest.mark.websocket
+
 
 async def p2p(w: Wire, peer: int) -> int:
     ok = await w.request(OpenP2P(0, peer))

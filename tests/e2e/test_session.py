@@ -33,6 +33,8 @@ from protocol.token import sign_token
 from tests.conftest import StartGateway
 from tests.support.wire import KID, SECRET, Wire, token
 
+pytestmark = pytest.mark.websocket
+
 
 async def test_login_ok_announces_limits(gw: Server) -> None:
     w = await Wire.open(gw.port)

@@ -1,4 +1,7 @@
-"""A minimal test client over the project's codec: one TCP connection, frames in and out.
+"""A minimal test client over the project's codec: one connection, frames in and out.
+
+The connection is TCP, or a WebSocket where the test's gateway takes its clients that
+way (`Wire.by_websocket`, set by the `transport` fixture).
 
 Replies are matched to requests by rid; server-initiated frames (PUSH, notifies, KICK)
 collect in `events`. Every wait is bounded.
@@ -13,6 +16,7 @@ import itertools
 import time
 from typing import Any, TypeVar
 
+from gateway.client.wsstream import WsStream
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
 from protocol.errors import FrameError
@@ -37,8 +41,10 @@ class Closed(Exception):
 class Wire:
     _rids = itertools.count(1)
     opened: list[Wire] = []  # closed by the conftest fixture after each test
+    # client port -> WebSocket port of the gateways whose clients connect by WebSocket
+    by_websocket: dict[int, int] = {}
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: Any, writer: Any) -> None:
         self.reader = reader
         self.writer = writer
         self.decoder = FrameDecoder(side=Side.CLIENT)
@@ -47,8 +53,11 @@ class Wire:
 
     @classmethod
     async def open(cls, port: int, host: str = "127.0.0.1") -> Wire:
-        reader, writer = await asyncio.open_connection(host, port)
-        wire = cls(reader, writer)
+        if (ws_port := cls.by_websocket.get(port)) is not None:
+            stream = await WsStream.open(f"ws://{host}:{ws_port}/ws", tls=None, max_size=1 << 26)
+            wire = cls(stream, stream)
+        else:
+            wire = cls(*await asyncio.open_connection(host, port))
         cls.opened.append(wire)
         return wire
 
