@@ -112,11 +112,11 @@ async def test_bad_fields_after_login_are_bad_request_and_kept(gw: Server) -> No
     assert isinstance(await w.recv(), Pong)
 
 
-@pytest.mark.parametrize("transport", ["uvloop", "fd"])
-async def test_slow_consumer_is_kicked(start_gateway: StartGateway, transport: str) -> None:
+@pytest.mark.parametrize("client_transport", ["uvloop", "fd"])
+async def test_slow_consumer_is_kicked(start_gateway: StartGateway, client_transport: str) -> None:
     gw = await start_gateway(
         max_write_buffer=64 * 1024, rate_burst=100_000, rate_per_s=100_000,
-        client_transport=transport,
+        client_transport=client_transport,
     )  # fmt: skip
     sender = await Wire.login(gw.port, 1)
     # The receiver asks for a tiny receive buffer and never reads.

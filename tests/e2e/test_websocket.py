@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,11 +27,23 @@ from gateway.config import Config, ConfigError
 from gateway.server import Server
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
-from protocol.frames import Error, Kick, Login, LoginOk, Ping, Pong
+from protocol.frames import (
+    ConvOk,
+    Error,
+    Kick,
+    Login,
+    LoginOk,
+    OpenP2P,
+    Ping,
+    Pong,
+    Push,
+    Send,
+    SendAck,
+)
 from protocol.frames import Frame as ImFrame
 from protocol.ops import ErrorCode, KickReason
 from tests.conftest import StartGateway
-from tests.support.wire import token
+from tests.support.wire import Wire, token
 
 pytestmark = pytest.mark.backends("embedded")
 
@@ -49,8 +62,15 @@ class RawWs:
         self.frames: list[Frame] = []
 
     @classmethod
-    async def open(cls, port: int, path: str = "/ws", origin: str | None = None) -> RawWs:
-        raw = cls(port, *await asyncio.open_connection("127.0.0.1", port))
+    async def open(
+        cls, port: int, path: str = "/ws", origin: str | None = None, rcvbuf: int = 0
+    ) -> RawWs:
+        sock = socket.socket()
+        if rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.setblocking(False)
+        await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+        raw = cls(port, *await asyncio.open_connection(sock=sock))
         cls.opened.append(raw)
         request = raw.ws.connect()
         request.path = path
@@ -221,6 +241,37 @@ async def test_unfinished_messages_are_bounded_across_the_node(
     await first.until_closed()
     await asyncio.sleep(0.05)
     assert node.partial_bytes == 0
+
+
+async def test_a_slow_consumer_is_kicked_between_whole_messages(
+    start_gateway: StartGateway,
+) -> None:
+    """A WebSocket client that stops reading is kicked slow_consumer like a TCP one; once
+    it reads again it gets whole messages, the KICK, and the close."""
+    gw, port = await ws_gateway(
+        start_gateway, max_write_buffer=64 * 1024, rate_burst=100_000, rate_per_s=100_000
+    )
+    node = gw.node
+    assert node is not None
+    sender = await Wire.login(gw.port, 1)
+    slow = await RawWs.open(port, rcvbuf=4096)
+    await slow.login(2, "slow")
+    slow.writer.transport.pause_reading()  # stop reading for real: the kernel buffers fill
+    conv = await sender.request(OpenP2P(0, 2))
+    assert isinstance(conv, ConvOk)
+    for i in range(3000):
+        await sender.send(Send(10_000 + i, conv.conv_id, f"flood-{i}", 1, b"z" * 2000))
+        if i % 100 == 99:
+            await sender.wait_for(SendAck, rid=10_000 + i, timeout=10)
+            if (2, "slow") not in node.by_device:
+                break
+    assert (2, "slow") not in node.by_device
+    slow.writer.transport.resume_reading()
+    frames, close = await slow.until_closed(timeout=10)
+    assert frames and all(isinstance(f, Push) for f in frames[:-1]), frames[-3:]
+    last = frames[-1]
+    assert isinstance(last, Kick) and last.reason == KickReason.SLOW_CONSUMER, last
+    assert close is not None and close.code == 1000
 
 
 async def test_the_login_deadline_covers_the_handshake(start_gateway: StartGateway) -> None:
