@@ -33,11 +33,13 @@ class Chat:
         self.lines: list[str] = []
 
     @classmethod
-    async def start(cls, port: int, *args: str) -> Chat:
+    async def start(cls, port: int | str, *args: str) -> Chat:
+        """`port`: the gateway's TCP port, or a ws:// URL."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONIOENCODING": "utf-8"}
+        addr = port if isinstance(port, str) else f"127.0.0.1:{port}"
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gateway.cli", "chat", *args,
-            "--addr", f"127.0.0.1:{port}", "--key", TOKEN_KEY, cwd=ROOT, env=env,
+            "--addr", addr, "--key", TOKEN_KEY, cwd=ROOT, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         return cls(proc)
@@ -145,6 +147,27 @@ async def test_a_group_as_its_creator_and_its_members_see_it(gw: Server) -> None
     assert len(created) == 1, creator.lines
     assert created[0].endswith('* 21 created "crew" with 21, 22, 23')
     assert not any("read up to" in line for line in creator.lines)
+
+
+async def test_a_window_on_websocket_chats_with_one_on_tcp(
+    start_gateway: StartGateway,
+) -> None:
+    gw = await start_gateway(ws_listen="127.0.0.1:0")
+    on_ws = await Chat.start(f"ws://127.0.0.1:{gw.ws_port}/ws", "--uid", "41", "--peer", "42")
+    on_tcp = await Chat.start(gw.port, "--uid", "42", "--peer", "41")
+    try:
+        for chat in (on_ws, on_tcp):
+            await chat.until("/quit to exit")
+        await on_ws.type("hello from a websocket")
+        await on_tcp.until("41: hello from a websocket")
+        await on_tcp.type("and back over tcp")
+        await on_ws.until("42: and back over tcp")
+        await on_ws.until('(read by 42: "hello from a websocket")')
+        for chat in (on_ws, on_tcp):
+            assert await chat.quit() == (0, "")
+    finally:
+        for chat in (on_ws, on_tcp):
+            await chat.kill()
 
 
 async def test_cannot_connect_asks_whether_a_gateway_runs(gw: Server) -> None:
