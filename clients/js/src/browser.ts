@@ -1,7 +1,8 @@
 /** imgw-client for browsers: WebSocket (ws://, wss://) only, tokens and hashes on Web
  * Crypto. The same API as the Node entry (index.ts), which adds TCP. */
 
-import { Client as BaseClient, type ClientOptions, type Platform } from "./client/client.js";
+import { Client as BaseClient } from "./client/client.js";
+import type { ClientOptions, Platform } from "./client/types.js";
 import { mintToken, sha256Digest } from "./token/web.js";
 import type { Dialer } from "./transport/types.js";
 import { type WebSocketConstructor, webSocketDialer } from "./transport/ws.js";

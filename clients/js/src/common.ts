@@ -16,7 +16,7 @@ export {
   type StateEvent,
   type SyncedEvent,
   type TokenSource,
-} from "./client/client.js";
+} from "./client/types.js";
 export type { Listener } from "./client/emitter.js";
 export { ClientError, ConnectionLost, RequestTimeout, SessionEnded } from "./client/errors.js";
 export type { ClientStats, FirstPage } from "./client/inbox.js";

@@ -4,7 +4,8 @@
 
 import type * as tls from "node:tls";
 import WebSocket from "ws";
-import { Client as BaseClient, type ClientOptions, type Platform } from "./client/client.js";
+import { Client as BaseClient } from "./client/client.js";
+import type { ClientOptions, Platform } from "./client/types.js";
 import { mintToken, sha256Digest } from "./token/node.js";
 import { tcpDialer } from "./transport/tcp.js";
 import type { Dialer } from "./transport/types.js";
