@@ -85,9 +85,12 @@ function accepting(port, timeoutMs = 500) {
 }
 
 export class Gateway {
-  /** `ws`: also serve WebSocket clients. */
-  constructor({ ws = false, extra = [] } = {}) {
+  /** `ws`: also serve WebSocket clients; `media`: store media in the data dir and serve
+   * its signed URLs. */
+  constructor({ ws = false, media = false, extra = [] } = {}) {
     this.ws = ws;
+    this.media = media;
+    this.mediaPort = 0;
     this.extra = extra;
     this.dir = mkdtempSync(join(tmpdir(), "imgw-js-"));
     this.dataDir = join(this.dir, "data");
@@ -110,6 +113,7 @@ export class Gateway {
   async start(timeoutMs = 20_000) {
     if (!this.port) this.port = await freePort();
     if (this.ws && !this.wsPort) this.wsPort = await freePort();
+    if (this.media && !this.mediaPort) this.mediaPort = await freePort();
     const args = [
       "serve",
       "--host", "127.0.0.1",
@@ -120,6 +124,7 @@ export class Gateway {
       "--shutdown-timeout", "2",
       "--log-level", "warning",
       ...(this.ws ? ["--ws-listen", `127.0.0.1:${this.wsPort}`] : []),
+      ...(this.media ? ["--media", `file://${join(this.dir, "media")}`, "--media-listen", `127.0.0.1:${this.mediaPort}`] : []),
       ...this.extra,
     ];
     const { openSync, closeSync } = await import("node:fs");

@@ -4,7 +4,17 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { Client, ClientError, ErrorCode, MsgType, decodeSystemContent, mintTokenSync, nodeDialer } from "../../dist/index.js";
+import {
+  Client,
+  ClientError,
+  ErrorCode,
+  MsgType,
+  decodeMediaContent,
+  decodeSystemContent,
+  mintTokenSync,
+  nodeDialer,
+  recalledSeq,
+} from "../../dist/index.js";
 import { Gateway, TOKEN_KEY } from "./gateway.mjs";
 import { Recorder, sleep, within } from "./wait.mjs";
 
@@ -51,7 +61,7 @@ function ackLosingDialer(clientMsgId) {
 
 export function chatSuite(transport) {
   describe(`imgw-client over ${transport}`, () => {
-    const gw = new Gateway({ ws: transport === "ws" });
+    const gw = new Gateway({ ws: transport === "ws", media: true });
     const clients = [];
     const url = () => (transport === "ws" ? gw.wsUrl : gw.tcpUrl);
     const open = async (uid, device, options = {}) => {
@@ -114,6 +124,61 @@ export function chatSuite(transport) {
       const page = await a.client.history(conv);
       assert.deepEqual(page.messages.map((x) => x.text), ["hello b", "hello a"]);
       assert.equal(page.hasMore, false);
+    });
+
+    it("recalls a message", async () => {
+      const a = await open(13, "recall");
+      const b = await open(14, "recall");
+      const conv = await a.client.openP2P(14);
+      const sent = await a.client.send(conv, "oops");
+      const recallSeq = await a.client.recall(conv, sent.seq);
+      assert.ok(recallSeq > sent.seq);
+      await b.rec.until(() => b.rec.messages.some((m) => m.msgType === MsgType.RECALL), "the recall message");
+      const recall = b.rec.messages.find((m) => m.msgType === MsgType.RECALL);
+      assert.equal(recall.seq, recallSeq);
+      assert.equal(recalledSeq(recall.content), sent.seq);
+      const page = await b.client.history(conv);
+      assert.deepEqual(page.messages.map((m) => [m.seq, m.msgType, m.content.length]), [[sent.seq, MsgType.RECALL, 0], [recallSeq, MsgType.RECALL, recall.content.length]]);
+    });
+
+    it("uploads a file, sends it, and signs its download URL", async () => {
+      const a = await open(15, "media");
+      const b = await open(16, "media");
+      const conv = await a.client.openP2P(16);
+      const data = new TextEncoder().encode("the file's bytes\n");
+      const sent = await a.client.sendMedia(conv, data, { name: "notes.txt", contentType: "text/plain" });
+      assert.match(sent.key, /^media\/15\/[0-9a-f]{64}$/);
+      await b.rec.until(() => b.rec.messages.length === 1, "the file message");
+      const m = b.rec.messages[0];
+      assert.equal(m.msgType, MsgType.FILE);
+      assert.deepEqual(decodeMediaContent(m.content), { key: sent.key, name: "notes.txt", size: data.length, type: "text/plain" });
+      const link = await b.client.mediaGet(sent.key);
+      const res = await fetch(link.url);
+      assert.equal(res.status, 200);
+      assert.deepEqual(new Uint8Array(await res.arrayBuffer()), data);
+      assert.equal((await a.client.mediaUpload(sent.key.split("/")[2], data.length, "text/plain")).url, "", "stored already");
+    });
+
+    it("resumes a later session from a kept next_since: what came meanwhile is pulled", async () => {
+      const a = await open(17, "resume");
+      const b = await open(18, "resume");
+      const conv = await a.client.openP2P(18);
+      const first = await a.client.send(conv, "seen before");
+      await b.rec.until(() => b.rec.messages.length === 1, "the first message");
+      b.client.delivered(conv, first.seq);
+      await b.client.catchUp();
+      const kept = b.client.nextSince;
+      assert.ok(kept instanceof Uint8Array);
+      await b.client.close();
+      await a.client.send(conv, "while closed 1");
+      await a.client.send(conv, "while closed 2");
+      const again = await open(18, "resume", { since: kept, seen: [[conv, first.seq]] });
+      assert.deepEqual(again.rec.texts(conv), ["while closed 1", "while closed 2"]);
+      assert.ok(again.rec.messages.every((m) => m.caughtUp));
+      const row = (await again.client.sync()).convs.find((c) => c.convId === conv);
+      assert.equal(row.deliveredSeq, first.seq);
+      assert.equal(row.maxSeq, first.seq + 2n);
+      assert.equal(row.unread, 3);
     });
 
     it("sends and receives in a group", async () => {
