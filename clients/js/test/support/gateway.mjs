@@ -87,8 +87,9 @@ function accepting(port, timeoutMs = 500) {
 export class Gateway {
   /** `ws`: also serve WebSocket clients; `media`: store media in the data dir and serve
    * its signed URLs. */
-  constructor({ ws = false, media = false, extra = [] } = {}) {
+  constructor({ ws = false, wsHost = "127.0.0.1", media = false, extra = [] } = {}) {
     this.ws = ws;
+    this.wsHost = wsHost;
     this.media = media;
     this.mediaPort = 0;
     this.extra = extra;
@@ -104,8 +105,13 @@ export class Gateway {
     return `tcp://127.0.0.1:${this.port}`;
   }
 
+  /** The WebSocket URL, on `host` (where `wsHost` listens on every address). */
+  wsUrlOn(host = "127.0.0.1") {
+    return `ws://${host}:${this.wsPort}/ws`;
+  }
+
   get wsUrl() {
-    return `ws://127.0.0.1:${this.wsPort}/ws`;
+    return this.wsUrlOn();
   }
 
   /** Start it (the first time on new free ports, later on the same ones and data dir)
@@ -123,7 +129,7 @@ export class Gateway {
       "--node-id", "js-test",
       "--shutdown-timeout", "2",
       "--log-level", "warning",
-      ...(this.ws ? ["--ws-listen", `127.0.0.1:${this.wsPort}`] : []),
+      ...(this.ws ? ["--ws-listen", `${this.wsHost}:${this.wsPort}`] : []),
       ...(this.media ? ["--media", `file://${join(this.dir, "media")}`, "--media-listen", `127.0.0.1:${this.mediaPort}`] : []),
       ...this.extra,
     ];

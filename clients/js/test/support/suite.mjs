@@ -181,6 +181,16 @@ export function chatSuite(transport) {
       assert.equal(row.unread, 3);
     });
 
+    it("ends the older session when the same uid and device log in again", async () => {
+      const first = await open(19, "twice");
+      const second = await open(19, "twice");
+      await first.rec.until(() => first.client.state === "closed", "the older session to end");
+      assert.equal(first.rec.kicks[0]?.reasonName, "duplicate_login");
+      assert.equal(first.client.endReason.kick.reasonName, "duplicate_login");
+      assert.equal(second.client.state, "online");
+      await assert.rejects(first.client.send(1, "x"), (e) => e.name === "SessionEnded");
+    });
+
     it("sends and receives in a group", async () => {
       const a = await open(21, "group");
       const b = await open(22, "group");
@@ -313,6 +323,24 @@ export function chatSuite(transport) {
       assert.ok(states.includes("offline") && states.lastIndexOf("online") > states.indexOf("offline"), states.join(","));
       const page = await a.client.history(conv);
       assert.deepEqual(page.messages.map((m) => m.text), ["before", "while down", "while b is away 1", "while b is away 2", "from b, offline"]);
+    });
+
+    it("comes back after a graceful gateway stop (SIGTERM: KICK draining)", async () => {
+      const a = await open(61, "stop");
+      const b = await open(62, "stop");
+      const conv = await a.client.openP2P(62);
+      await gw.stop();
+      for (const who of [a, b]) {
+        await who.rec.until(() => who.rec.states.some((s) => s.state === "offline" && s.kick !== null), "offline after a KICK");
+        assert.match(who.rec.kicks[0].reasonName, /^(draining|shutdown)$/);
+      }
+      await gw.start();
+      await within(10_000, a.client.waitConnected(), "a to reconnect");
+      await within(10_000, b.client.waitConnected(), "b to reconnect");
+      await a.client.send(conv, "after the restart");
+      await b.rec.until(() => b.rec.texts(conv).includes("after the restart"), "the message");
+      await sleep(200);
+      assert.deepEqual(b.rec.texts(conv), ["after the restart"]);
     });
   });
 }
