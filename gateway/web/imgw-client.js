@@ -1,4 +1,4 @@
-// imgw-client 0.1.0 sources-sha256:3bfe420ea881f34f17fc17c840c93f9a1957f03c12f28f7289cb0e95a163b7cd
+// imgw-client 0.1.0 sources-sha256:b4597959e7996b97cf9fa20445b54bb97b3fd637a9398e564bedcf9fe7a2cb76
 // Built by clients/js (npm run build:web) from src/browser.ts; do not edit. Bundles
 // @msgpack/msgpack 3.1.3 (ISC licence).
 

@@ -16,16 +16,27 @@ export { mintToken, mintTokenSync, sha256Digest } from "./token/node.js";
 export { tcpDialer } from "./transport/tcp.js";
 
 export interface ConnectOptions extends ClientOptions {
-  /** For tls:// URLs: node:tls options (ca, servername, rejectUnauthorized...). */
+  /** For tls:// and wss:// URLs: node:tls options (ca, servername...). */
   tls?: tls.ConnectionOptions;
   /** The WebSocket class for ws:// and wss:// (the `ws` package by default). */
   WebSocket?: WebSocketConstructor;
 }
 
-/** A Dialer for tcp://, tls://, ws:// and wss://. */
+/** The `ws` package's WebSocket, with `tlsOptions` for wss:// (ca, servername...). */
+function wsWithTls(tlsOptions: tls.ConnectionOptions | undefined): WebSocketConstructor {
+  if (tlsOptions === undefined) return WebSocket as unknown as WebSocketConstructor;
+  return class extends WebSocket {
+    constructor(url: string) {
+      super(url, tlsOptions);
+    }
+  } as unknown as WebSocketConstructor;
+}
+
+/** A Dialer for tcp://, tls://, ws:// and wss:// (`tls`: node:tls options for tls://
+ * and, on the `ws` package, wss://). */
 export function nodeDialer(options: { tls?: tls.ConnectionOptions; WebSocket?: WebSocketConstructor } = {}): Dialer {
   const tcp = tcpDialer(options.tls);
-  const ws = webSocketDialer(options.WebSocket ?? (WebSocket as unknown as WebSocketConstructor));
+  const ws = webSocketDialer(options.WebSocket ?? wsWithTls(options.tls));
   return (endpoint, events, signal) =>
     endpoint.scheme === "tcp" || endpoint.scheme === "tls" ? tcp(endpoint, events, signal) : ws(endpoint, events, signal);
 }

@@ -11,7 +11,7 @@ import { after, before, describe, it } from "node:test";
 import WebSocket from "ws";
 import { SHIPPED, bundle } from "../scripts/build-web.mjs";
 import { ROOT, sourcesHash } from "../scripts/sources-hash.mjs";
-import { Gateway, TOKEN_KEY, gatewayHasWebSocket } from "./support/gateway.mjs";
+import { Gateway, TOKEN_KEY } from "./support/gateway.mjs";
 import { Recorder, within } from "./support/wait.mjs";
 
 const version = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version;
@@ -37,9 +37,7 @@ describe("the browser bundle", () => {
   });
 });
 
-const ws = gatewayHasWebSocket();
-
-describe("the browser bundle over WebSocket", { skip: ws ? false : "this imgw serve has no --ws-listen yet" }, () => {
+describe("the browser bundle over WebSocket", () => {
   const gw = new Gateway({ ws: true });
   const dir = mkdtempSync(join(tmpdir(), "imgw-bundle-"));
   let sdk;

@@ -1,14 +1,14 @@
 // A client written only against the SDK chats with `imgw chat` (the Python terminal
 // chat), driven through pipes: stdin lines in, stdout lines out. Over TCP, and over
-// WebSocket when the gateway serves it (imgw chat then connects by ws:// too if it
-// can, else by TCP to the same gateway).
+// WebSocket (both ends on ws://), and across the two (the SDK on ws://, imgw chat on
+// TCP, to the same gateway).
 
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { after, before, describe, it } from "node:test";
 import { Client } from "../dist/index.js";
-import { Gateway, IMGW_BIN, TOKEN_KEY, chatHasWebSocket, gatewayHasWebSocket } from "./support/gateway.mjs";
+import { Gateway, IMGW_BIN, TOKEN_KEY } from "./support/gateway.mjs";
 import { Recorder, within } from "./support/wait.mjs";
 
 /** `imgw chat` as a child process: `lines` it printed, `until` one matches. */
@@ -55,10 +55,8 @@ class Chat {
   }
 }
 
-const ws = gatewayHasWebSocket();
-
 describe("imgw-client chats with imgw chat", () => {
-  const gw = new Gateway({ ws });
+  const gw = new Gateway({ ws: true });
   const clients = [];
 
   before(async () => {
@@ -103,8 +101,11 @@ describe("imgw-client chats with imgw chat", () => {
     await exchange(gw.tcpUrl, `127.0.0.1:${gw.port}`, 101, 102);
   });
 
-  it("over WebSocket", { skip: ws ? false : "this imgw serve has no --ws-listen yet" }, async () => {
-    const chatUrl = chatHasWebSocket() ? gw.wsUrl : `127.0.0.1:${gw.port}`;
-    await exchange(gw.wsUrl, chatUrl, 201, 202);
+  it("over WebSocket", async () => {
+    await exchange(gw.wsUrl, gw.wsUrl, 201, 202);
+  });
+
+  it("the SDK over WebSocket, imgw chat over TCP", async () => {
+    await exchange(gw.wsUrl, `127.0.0.1:${gw.port}`, 301, 302);
   });
 });

@@ -1,7 +1,7 @@
 // A real `imgw serve` for the tests: its own free ports, its embedded store in a temp
 // dir, the test token key; killed at the end. Every wait is bounded.
 
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
@@ -13,23 +13,6 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 export const ROOT = resolve(HERE, "..", "..");
 export const IMGW_BIN = process.env.IMGW_BIN ?? resolve(ROOT, "../../.venv/bin/imgw");
 export const TOKEN_KEY = "test:test-secret";
-
-let helpCache = null;
-function help(command) {
-  helpCache ??= {};
-  helpCache[command] ??= execFileSync(IMGW_BIN, [command, "--help"], { encoding: "utf8", timeout: 20_000 });
-  return helpCache[command];
-}
-
-/** Whether this imgw serves WebSocket clients (`imgw serve --ws-listen`). */
-export function gatewayHasWebSocket() {
-  return help("serve").includes("--ws-listen");
-}
-
-/** Whether `imgw chat --addr` takes ws:// URLs. */
-export function chatHasWebSocket() {
-  return help("chat").includes("ws://");
-}
 
 export function freePort() {
   return new Promise((resolve, reject) => {
