@@ -1,4 +1,4 @@
-// imgw-client 0.1.0 sources-sha256:b4597959e7996b97cf9fa20445b54bb97b3fd637a9398e564bedcf9fe7a2cb76
+// imgw-client 0.1.0 sources-sha256:008c1b5b2d0de2e1ba7446350c88e68ba23587ee85c381659d0a80328e9f65ff
 // Built by clients/js (npm run build:web) from src/browser.ts; do not edit. Bundles
 // @msgpack/msgpack 3.1.3 (ISC licence).
 
@@ -2475,7 +2475,7 @@ var Session = class extends Emitter {
     for (; ; ) {
       let result;
       if (first !== null) {
-        result = await first.reply;
+        result = await this.answer(first);
         first = null;
       } else {
         result = await this.sync(since, cursor);
@@ -2703,13 +2703,26 @@ var Session = class extends Emitter {
         },
         reject,
         timer: null
-        // the login's timeout covers it, then the connection's loss
+        // `answer` bounds the wait for it
       });
     });
     reply.catch(() => {
     });
     this.stats.requests += 1;
     return { since, rid, reply };
+  }
+  /** The reply to a SYNC asked ahead, within requestTimeoutMs of now. */
+  answer(first) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(first.rid);
+        reject(new RequestTimeout(`no reply to SYNC rid ${first.rid}`));
+      }, this.requestTimeoutMs);
+      first.reply.then(
+        (r) => (clearTimeout(timer), resolve(r)),
+        (e) => (clearTimeout(timer), reject(e))
+      );
+    });
   }
   /** LOGIN_OK came: `link` is the connection now. */
   install(link) {

@@ -274,6 +274,14 @@ describe("session", () => {
     assert.equal(r.state, "closed");
   });
 
+  it("gives up a first SYNC that gets no answer", async () => {
+    const server = new FakeServer({ 30: () => {} });
+    const c = client(server, { requestTimeoutMs: 150 });
+    await within(2_000, c.connect(), "connect");
+    assert.equal(c.state, "online");
+    await c.close();
+  });
+
   it("closing during the login ends it", async () => {
     const server = new FakeServer({ 1: () => {} });
     const c = client(server);

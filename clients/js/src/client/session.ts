@@ -335,7 +335,7 @@ export class Session extends Emitter<ClientEvents> {
     for (;;) {
       let result: SyncResult;
       if (first !== null) {
-        result = await first.reply;
+        result = await this.answer(first);
         first = null;
       } else {
         result = await this.sync(since, cursor);
@@ -582,12 +582,26 @@ export class Session extends Emitter<ClientEvents> {
           }
         },
         reject,
-        timer: null, // the login's timeout covers it, then the connection's loss
+        timer: null, // `answer` bounds the wait for it
       });
     });
     reply.catch(() => {}); // a pass may not want it after all
     this.stats.requests += 1;
     return { since, rid, reply };
+  }
+
+  /** The reply to a SYNC asked ahead, within requestTimeoutMs of now. */
+  private answer(first: FirstPage): Promise<SyncResult> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(first.rid); // still ours: it would have cleared the timer
+        reject(new RequestTimeout(`no reply to SYNC rid ${first.rid}`));
+      }, this.requestTimeoutMs);
+      first.reply.then(
+        (r) => (clearTimeout(timer), resolve(r)),
+        (e: unknown) => (clearTimeout(timer), reject(e)),
+      );
+    });
   }
 
   /** LOGIN_OK came: `link` is the connection now. */

@@ -70,8 +70,10 @@ function accepting(port, timeoutMs = 500) {
 export class Gateway {
   /** `ws`: also serve WebSocket clients; `media`: store media in the data dir and serve
    * its signed URLs. */
-  constructor({ ws = false, wsHost = "127.0.0.1", media = false, extra = [] } = {}) {
+  constructor({ ws = false, wsHost = "127.0.0.1", media = false, admin = false, extra = [] } = {}) {
     this.ws = ws;
+    this.admin = admin;
+    this.adminPort = 0;
     this.wsHost = wsHost;
     this.media = media;
     this.mediaPort = 0;
@@ -103,6 +105,7 @@ export class Gateway {
     if (!this.port) this.port = await freePort();
     if (this.ws && !this.wsPort) this.wsPort = await freePort();
     if (this.media && !this.mediaPort) this.mediaPort = await freePort();
+    if (this.admin && !this.adminPort) this.adminPort = await freePort();
     const args = [
       "serve",
       "--host", "127.0.0.1",
@@ -113,6 +116,7 @@ export class Gateway {
       "--shutdown-timeout", "2",
       "--log-level", "warning",
       ...(this.ws ? ["--ws-listen", `${this.wsHost}:${this.wsPort}`] : []),
+      ...(this.admin ? ["--admin-port", String(this.adminPort)] : []),
       ...(this.media ? ["--media", `file://${join(this.dir, "media")}`, "--media-listen", `127.0.0.1:${this.mediaPort}`] : []),
       ...this.extra,
     ];
@@ -155,6 +159,13 @@ export class Gateway {
       await this.kill();
     }
     this.proc = null;
+  }
+
+  /** POST `body` (JSON) to the server API (`admin`); the JSON answer. */
+  async api(path, body) {
+    const res = await fetch(`http://127.0.0.1:${this.adminPort}/api/v1/${path}`, { method: "POST", body: JSON.stringify(body) });
+    if (!res.ok) throw new Error(`POST ${path}: HTTP ${res.status} ${await res.text()}`);
+    return res.json();
   }
 
   /** Stop it and remove its files. */

@@ -61,7 +61,7 @@ function ackLosingDialer(clientMsgId) {
 
 export function chatSuite(transport) {
   describe(`imgw-client over ${transport}`, () => {
-    const gw = new Gateway({ ws: transport === "ws", media: true });
+    const gw = new Gateway({ ws: transport === "ws", media: true, admin: true });
     const clients = [];
     const url = () => (transport === "ws" ? gw.wsUrl : gw.tcpUrl);
     const open = async (uid, device, options = {}) => {
@@ -189,6 +189,20 @@ export function chatSuite(transport) {
       assert.equal(first.client.endReason.kick.reasonName, "duplicate_login");
       assert.equal(second.client.state, "online");
       await assert.rejects(first.client.send(1, "x"), (e) => e.name === "SessionEnded");
+    });
+
+    it("gets broadcast notices, logs in again after an auth_revoked kick, and ends on slow_consumer", async () => {
+      const a = await open(24, "kicks");
+      assert.deepEqual(await gw.api("broadcast", { uids: [24], text: "to everyone" }), { uids: 1 });
+      await a.rec.until(() => a.rec.notices.length === 1, "the notice");
+      assert.equal(a.rec.notices[0].text, "to everyone");
+      await gw.api("kick", { uid: 24, device: "kicks", reason: "auth_revoked" });
+      await a.rec.until(() => a.rec.states.some((s) => s.state === "online" && s.reconnected), "a login with a fresh token");
+      assert.equal(a.rec.kicks[0].reasonName, "auth_revoked");
+      await gw.api("kick", { uid: 24, device: "kicks", reason: "slow_consumer", text: "read faster" });
+      await a.rec.until(() => a.client.state === "closed", "the end of the session");
+      assert.equal(a.client.endReason.kick.reasonName, "slow_consumer");
+      assert.match(a.client.endReason.message, /slow_consumer \(read faster\)/);
     });
 
     it("sends and receives in a group", async () => {

@@ -21,6 +21,7 @@ export class Recorder {
     this.states = [];
     this.kicks = [];
     this.errors = [];
+    this.notices = [];
     this.waiters = new Set();
     const poke = () => {
       for (const w of [...this.waiters]) w();
@@ -31,6 +32,7 @@ export class Recorder {
     client.on("state", (s) => (this.states.push(s), poke()));
     client.on("kick", (k) => (this.kicks.push(k), poke()));
     client.on("error", (e) => (this.errors.push(e), poke()));
+    client.on("notice", (n) => (this.notices.push(n), poke()));
   }
 
   /** Texts of the messages received in `convId`, in order. */
