@@ -1,4 +1,4 @@
-// imgw-client 0.1.0 sources-sha256:008c1b5b2d0de2e1ba7446350c88e68ba23587ee85c381659d0a80328e9f65ff
+// imgw-client 0.1.0 sources-sha256:1e8a1d7e7b0bc25bbb3e599be6389867e406eed7b1838a406faf9c664f2669dc
 // Built by clients/js (npm run build:web) from src/browser.ts; do not edit. Bundles
 // @msgpack/msgpack 3.1.3 (ISC licence).
 
@@ -2400,10 +2400,10 @@ var Session = class extends Emitter {
       if (this.catchUpOn && !link.dead) await this.inbox.catchUp(first);
       return link.loginOk;
     }
-    const where = this.endpoints.map((e) => e.url).join(",");
     const why = failure instanceof Error ? failure.message : String(failure);
-    this.end(new SessionEnded(`cannot connect to ${where}`));
-    throw new ConnectionLost(`cannot connect to ${where}: ${why}`);
+    const what = this.endpoints.length === 1 ? "cannot connect" : `cannot connect to any of ${this.endpoints.map((e) => e.url).join(", ")}`;
+    this.end(new SessionEnded(what));
+    throw new ConnectionLost(`${what}: ${why}`);
   }
   /** Wait until a connection is logged in (after a reconnect, say): its LOGIN_OK.
    * Rejects with SessionEnded if the session ends first, ConnectionLost after
@@ -2640,18 +2640,20 @@ var Session = class extends Emitter {
   async open(endpoint) {
     const link = new Link(endpoint);
     const abort = new AbortController();
-    const giveUp = (error) => {
+    let gaveUp = null;
+    const giveUp = (error, why) => {
       if (link.loginOk !== null || link.dead) return;
       link.dead = true;
-      abort.abort(error.text);
+      gaveUp = error;
+      abort.abort(why);
       link.settle.reject(error);
-      link.transport?.abort(error.text);
+      link.transport?.abort(why);
     };
-    const timer = setTimeout(
-      () => giveUp(new RequestTimeout(`${endpoint.url}: no LOGIN_OK within ${this.requestTimeoutMs} ms`)),
-      this.requestTimeoutMs
-    );
-    this.giveUpDial = () => giveUp(new SessionEnded("client closed"));
+    const timer = setTimeout(() => {
+      const why = `no LOGIN_OK within ${this.requestTimeoutMs} ms`;
+      giveUp(new RequestTimeout(`${endpoint.url}: ${why}`), why);
+    }, this.requestTimeoutMs);
+    this.giveUpDial = () => giveUp(new SessionEnded("client closed"), "client closed");
     let first = null;
     try {
       const source = this.token;
@@ -2681,7 +2683,9 @@ var Session = class extends Emitter {
         link.dead = true;
         link.transport?.abort("login failed");
       }
-      throw e instanceof Error ? e : new ConnectionLost(String(e));
+      if (gaveUp !== null) throw gaveUp;
+      if (e instanceof ClientError) throw e;
+      throw new ConnectionLost(`${endpoint.url}: ${e instanceof Error ? e.message : String(e)}`);
     } finally {
       clearTimeout(timer);
       this.giveUpDial = null;
@@ -3367,7 +3371,9 @@ function webSocketDialer(WebSocketImpl) {
     }
     sock.binaryType = "arraybuffer";
     const drop = () => {
-      sock.onopen = sock.onclose = sock.onerror = null;
+      sock.onopen = sock.onclose = null;
+      sock.onerror = () => {
+      };
       try {
         if (typeof sock.terminate === "function") sock.terminate();
         else sock.close();
@@ -3376,7 +3382,7 @@ function webSocketDialer(WebSocketImpl) {
     };
     const onAbort = () => {
       drop();
-      reject(new Error(`${endpoint.url}: ${String(signal.reason ?? "aborted")}`));
+      reject(new Error(String(signal.reason ?? "aborted")));
     };
     if (signal.aborted) {
       onAbort();
@@ -3387,7 +3393,7 @@ function webSocketDialer(WebSocketImpl) {
     };
     sock.onclose = (ev) => {
       signal.removeEventListener("abort", onAbort);
-      reject(new Error(`${endpoint.url}: cannot open a WebSocket (close code ${ev.code})`));
+      reject(new Error(`cannot open a WebSocket (close code ${ev.code})`));
     };
     sock.onopen = () => {
       signal.removeEventListener("abort", onAbort);

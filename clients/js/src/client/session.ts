@@ -251,10 +251,10 @@ export class Session extends Emitter<ClientEvents> {
       if (this.catchUpOn && !link.dead) await this.inbox.catchUp(first);
       return link.loginOk!;
     }
-    const where = this.endpoints.map((e) => e.url).join(",");
     const why = failure instanceof Error ? failure.message : String(failure);
-    this.end(new SessionEnded(`cannot connect to ${where}`));
-    throw new ConnectionLost(`cannot connect to ${where}: ${why}`);
+    const what = this.endpoints.length === 1 ? "cannot connect" : `cannot connect to any of ${this.endpoints.map((e) => e.url).join(", ")}`;
+    this.end(new SessionEnded(what));
+    throw new ConnectionLost(`${what}: ${why}`);
   }
 
   /** Wait until a connection is logged in (after a reconnect, say): its LOGIN_OK.
@@ -517,18 +517,20 @@ export class Session extends Emitter<ClientEvents> {
   private async open(endpoint: Endpoint): Promise<Link> {
     const link = new Link(endpoint);
     const abort = new AbortController();
-    const giveUp = (error: ClientError): void => {
+    let gaveUp: ClientError | null = null;
+    const giveUp = (error: ClientError, why: string): void => {
       if (link.loginOk !== null || link.dead) return;
       link.dead = true;
-      abort.abort(error.text);
+      gaveUp = error;
+      abort.abort(why);
       link.settle.reject(error);
-      link.transport?.abort(error.text);
+      link.transport?.abort(why);
     };
-    const timer = setTimeout(
-      () => giveUp(new RequestTimeout(`${endpoint.url}: no LOGIN_OK within ${this.requestTimeoutMs} ms`)),
-      this.requestTimeoutMs,
-    );
-    this.giveUpDial = () => giveUp(new SessionEnded("client closed"));
+    const timer = setTimeout(() => {
+      const why = `no LOGIN_OK within ${this.requestTimeoutMs} ms`;
+      giveUp(new RequestTimeout(`${endpoint.url}: ${why}`), why);
+    }, this.requestTimeoutMs);
+    this.giveUpDial = () => giveUp(new SessionEnded("client closed"), "client closed");
     let first: FirstPage | null = null;
     try {
       const source = this.token;
@@ -560,7 +562,9 @@ export class Session extends Emitter<ClientEvents> {
         link.dead = true;
         link.transport?.abort("login failed");
       }
-      throw e instanceof Error ? e : new ConnectionLost(String(e));
+      if (gaveUp !== null) throw gaveUp;
+      if (e instanceof ClientError) throw e;
+      throw new ConnectionLost(`${endpoint.url}: ${e instanceof Error ? e.message : String(e)}`); // the dialer's
     } finally {
       clearTimeout(timer);
       this.giveUpDial = null;

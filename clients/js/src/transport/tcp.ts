@@ -66,7 +66,7 @@ export function tcpDialer(tlsOptions: tls.ConnectionOptions = {}): Dialer {
         : net.connect({ host: endpoint.host, port: endpoint.port });
       const onAbort = (): void => {
         sock.destroy();
-        reject(new Error(`${endpoint.url}: ${String(signal.reason ?? "aborted")}`));
+        reject(new Error(String(signal.reason ?? "aborted")));
       };
       if (signal.aborted) {
         onAbort();
@@ -76,7 +76,7 @@ export function tcpDialer(tlsOptions: tls.ConnectionOptions = {}): Dialer {
       const onError = (e: Error): void => {
         signal.removeEventListener("abort", onAbort);
         sock.destroy();
-        reject(new Error(`${endpoint.url}: ${e.message}`));
+        reject(e);
       };
       sock.once("error", onError);
       sock.once(secure ? "secureConnect" : "connect", () => {

@@ -33,7 +33,8 @@ export interface Transport {
 }
 
 /** Opens a connection to `endpoint`. Rejects when it cannot (refused, TLS, HTTP
- * upgrade refused) or when `signal` aborts first. */
+ * upgrade refused) or when `signal` aborts first, with an Error saying why (the caller
+ * names the endpoint). */
 export type Dialer = (endpoint: Endpoint, events: TransportEvents, signal: AbortSignal) => Promise<Transport>;
 
 const SCHEMES = new Set(["tcp", "tls", "ws", "wss"]);

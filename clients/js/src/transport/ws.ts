@@ -106,7 +106,10 @@ export function webSocketDialer(WebSocketImpl: WebSocketConstructor): Dialer {
       }
       sock.binaryType = "arraybuffer";
       const drop = (): void => {
-        sock.onopen = sock.onclose = sock.onerror = null;
+        sock.onopen = sock.onclose = null;
+        // `ws` reports a handshake cut short as an error event: with no listener, an
+        // uncaught exception.
+        sock.onerror = () => {};
         try {
           if (typeof sock.terminate === "function") sock.terminate();
           else sock.close();
@@ -116,7 +119,7 @@ export function webSocketDialer(WebSocketImpl: WebSocketConstructor): Dialer {
       };
       const onAbort = (): void => {
         drop();
-        reject(new Error(`${endpoint.url}: ${String(signal.reason ?? "aborted")}`));
+        reject(new Error(String(signal.reason ?? "aborted")));
       };
       if (signal.aborted) {
         onAbort();
@@ -126,7 +129,7 @@ export function webSocketDialer(WebSocketImpl: WebSocketConstructor): Dialer {
       sock.onerror = () => {}; // onclose follows
       sock.onclose = (ev) => {
         signal.removeEventListener("abort", onAbort);
-        reject(new Error(`${endpoint.url}: cannot open a WebSocket (close code ${ev.code})`));
+        reject(new Error(`cannot open a WebSocket (close code ${ev.code})`));
       };
       sock.onopen = () => {
         signal.removeEventListener("abort", onAbort);
