@@ -164,6 +164,8 @@ class Config:
     media_public_url: str = ""
     media_secret: str = ""
     media_max_size: int = 100 << 20  # bytes an upload may have
+    # connections the media listener holds from one client address (0: no cap)
+    media_max_connections_per_ip: int = 64
     # content types an upload may have: exact names or major/* ("*/*": any)
     media_types: tuple[str, ...] = (
         "image/*", "audio/*", "video/*", "application/pdf", "application/octet-stream",
@@ -356,6 +358,7 @@ _POSITIVE: Final = (
 )  # fmt: skip
 _NOT_NEGATIVE: Final = (
     "max_connections_per_ip", "token_leeway", "batch_delay_ms", "batch_wait_ms",
+    "media_max_connections_per_ip",
 )  # fmt: skip
 
 

@@ -8,13 +8,16 @@
 
 Refusals: 403 (a bad or expired signature), 400 (a malformed request, another body
 than the key's hash), 413 (another length than signed), 404 (no such object), 405,
-414 and 431 (a request line or header over 64 KiB, more than 64 headers).
+409 (a PUT of a URL whose upload is under way on another connection), 414 and 431 (a
+request line or header over 64 KiB, more than 64 headers).
 Downloads are served with `X-Content-Type-Options: nosniff` and a sandboxing CSP, so
 that an upload of an allowed type a browser could run (SVG, say) is never a page.
-A peer that sends or reads nothing for BODY_IDLE_S is dropped, and so is a body that
-travels slower than MIN_RATE on average (slowloris); at most MAX_CONNECTIONS are open
-at once (503 beyond). `close` ends every connection still open (an upload under way is
-removed).
+A peer that sends or reads nothing for BODY_IDLE_S is dropped, and so is one that falls
+behind the floor on a body's pace, checked as the body travels (slowloris): by any
+moment, MIN_RATE bytes a second since the body began, less BODY_IDLE_S of head start
+(`wait_s`). At most MAX_CONNECTIONS are open at once (503 beyond), and at most
+`per_address` from one client address (429 beyond; 0: no cap). `close` ends every
+connection still open (an upload under way is removed).
 Apart from the admin port (gateway/admin.py), which is for operators, holds at most
 256 KiB bodies and is usually bound to loopback: this one faces clients and streams."""
 
@@ -41,6 +44,7 @@ HEAD_TIMEOUT_S: Final = 10.0
 BODY_IDLE_S: Final = 30.0  # the longest wait for the next chunk of a body, either way
 MIN_RATE: Final = 8 * 1024  # bytes/s: a body may take BODY_IDLE_S + size / MIN_RATE
 MAX_CONNECTIONS: Final = 4096  # open at once on one listener (one worker)
+PER_ADDRESS_DEFAULT: Final = 64  # open at once from one client address
 # on downloads: never sniffed into another type, never run as a page of this origin
 SAFE_HEADERS: Final = (
     "X-Content-Type-Options: nosniff\r\nContent-Security-Policy: default-src 'none'; sandbox\r\n"
@@ -55,13 +59,24 @@ class _Refused(Exception):
 
 
 class MediaHttpServer:
-    def __init__(self, objects: FileObjects, host: str, port: int, *, reuse_port: bool) -> None:
+    def __init__(
+        self,
+        objects: FileObjects,
+        host: str,
+        port: int,
+        *,
+        reuse_port: bool,
+        per_address: int = PER_ADDRESS_DEFAULT,
+    ) -> None:
         self._objects = objects
         self._host = host
         self._port = port
         self._reuse_port = reuse_port
+        self._per_address = per_address
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()  # the connections open
+        self._open_from: dict[str, int] = {}  # connections open per client address
+        self._uploading: set[Grant] = set()  # the URLs whose PUT is under way
         self.log = structlog.get_logger("imgw.media")
         self._log_throttle = Throttle(time.monotonic)  # refusals come from anyone
 
@@ -87,9 +102,18 @@ class MediaHttpServer:
         await asyncio.gather(*handlers, return_exceptions=True)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        open_from = self._open_from.get(address, 0)
         if len(self._handlers) >= MAX_CONNECTIONS:
+            status = b"503 Service Unavailable"
+        elif self._per_address and open_from >= self._per_address:
+            status = b"429 Too Many Requests"
+        else:
+            status = b""
+        if status:
             writer.write(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+                b"HTTP/1.1 " + status + b"\r\nContent-Length: 0\r\n"
                 b"Retry-After: 1\r\nConnection: close\r\n\r\n"
             )
             writer.close()
@@ -97,6 +121,7 @@ class MediaHttpServer:
         task = asyncio.current_task()
         assert task is not None
         self._handlers.add(task)
+        self._open_from[address] = open_from + 1
         clean = False
         try:
             try:
@@ -114,6 +139,8 @@ class MediaHttpServer:
             pass
         finally:
             self._handlers.discard(task)
+            if (left := self._open_from.pop(address, 1) - 1) > 0:
+                self._open_from[address] = left
             if clean:
                 writer.close()
             else:  # close() would wait for a peer that reads nothing to take the rest
@@ -160,7 +187,13 @@ class MediaHttpServer:
             raise _Refused("400 Bad Request", "not a media key")
         try:
             if method == "PUT":
-                await self._put(grant, headers, version, reader, writer)
+                if grant in self._uploading:
+                    raise _Refused("409 Conflict", "this URL's upload is under way; retry later")
+                self._uploading.add(grant)
+                try:
+                    await self._put(grant, headers, version, reader, writer)
+                finally:
+                    self._uploading.discard(grant)
             else:
                 await self._get(grant, writer)
         except OSError as e:  # the disk (full, unreadable); the peer's errors and timeouts pass
@@ -192,16 +225,17 @@ class MediaHttpServer:
         digest = hashlib.sha256()
         fh: IO[bytes] = await asyncio.to_thread(open, tmp, "wb")
         try:
-            left = grant.size
-            async with asyncio.timeout(_transfer_s(grant.size)):
-                while left:
-                    async with asyncio.timeout(BODY_IDLE_S):
-                        chunk = await reader.read(min(CHUNK, left))
-                    if not chunk:
-                        raise _Refused("400 Bad Request", "the body ended early")
-                    left -= len(chunk)
-                    digest.update(chunk)
-                    await asyncio.to_thread(fh.write, chunk)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            got = 0
+            while got < grant.size:
+                async with asyncio.timeout(wait_s(began, got, loop.time())):
+                    chunk = await reader.read(min(CHUNK, grant.size - got))
+                if not chunk:
+                    raise _Refused("400 Bad Request", "the body ended early")
+                got += len(chunk)
+                digest.update(chunk)
+                await asyncio.to_thread(fh.write, chunk)
             if digest.hexdigest() != grant.key.rsplit("/", 1)[1]:
                 raise _Refused("400 Bad Request", "the body's SHA-256 is not the key's")
             await asyncio.to_thread(_finish, fh, tmp, path)
@@ -222,10 +256,17 @@ class MediaHttpServer:
                 f"HTTP/1.1 200 OK\r\nContent-Type: {grant.content_type}\r\n{SAFE_HEADERS}"
                 f"Content-Length: {size}\r\nConnection: close\r\n\r\n".encode()
             )
-            async with asyncio.timeout(_transfer_s(size)):
-                while chunk := await _read(fh):
-                    writer.write(chunk)
-                    await _drain(writer)
+            loop = asyncio.get_running_loop()
+            began = loop.time()
+            sent = 0
+            while chunk := await _read(fh):
+                writer.write(chunk)
+                sent += len(chunk)
+                # what the peer has taken: all but the transport's buffer (the kernel's
+                # socket buffers count as taken, a head start of a few MiB at most)
+                taken = max(0, sent - writer.transport.get_write_buffer_size())
+                async with asyncio.timeout(wait_s(began, taken, loop.time())):
+                    await writer.drain()
         finally:
             fh.close()
 
@@ -239,9 +280,13 @@ async def _read(fh: IO[bytes]) -> bytes:
         raise ConnectionAbortedError(f"reading the object failed: {e!r}") from e
 
 
-def _transfer_s(size: int) -> float:
-    """The longest a body of `size` bytes may take, either way."""
-    return BODY_IDLE_S + size / MIN_RATE
+def wait_s(began: float, done: int, now: float) -> float:
+    """How long a body that began at `began` and has moved `done` bytes may wait for the
+    next bytes (either way) before its peer is dropped: until it falls behind MIN_RATE
+    bytes a second since it began, less a head start of BODY_IDLE_S, and never longer
+    than BODY_IDLE_S. At or below 0 the peer is behind already: only bytes that have
+    arrived are taken, the next wait times out at once."""
+    return min(BODY_IDLE_S, began + BODY_IDLE_S + done / MIN_RATE - now)
 
 
 async def _drain(writer: asyncio.StreamWriter) -> None:

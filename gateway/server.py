@@ -267,7 +267,10 @@ class Server:
         node.media = media
         if isinstance(media.objects, FileObjects) and cfg.media_listen:
             host, port = split_host_port(cfg.media_listen, any_port=True)
-            self.media_http = MediaHttpServer(media.objects, host, port, reuse_port=self.reuse_port)
+            self.media_http = MediaHttpServer(
+                media.objects, host, port, reuse_port=self.reuse_port,
+                per_address=cfg.media_max_connections_per_ip,
+            )  # fmt: skip
             await self.media_http.start()
             bound = self.media_http.port
             shown = f"[{host}]" if ":" in host else host  # an IPv6 address

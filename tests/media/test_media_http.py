@@ -223,3 +223,94 @@ async def test_an_upload_the_disk_refuses_is_answered_500_and_leaves_nothing(
     assert reply.startswith(b"HTTP/1.1 500 "), reply[:80]
     left = await asyncio.to_thread(os.listdir, os.path.dirname(where))
     assert left == [os.path.basename(where)]  # the blocking file, no part beside it
+
+
+def _upload_target(server: MediaHttpServer, data: bytes) -> str:
+    key = media_key(5, hashlib.sha256(data).hexdigest())
+    url = _objects(server).upload_url(key, len(data), "image/png", int(time.time()) + 60)
+    return url.split(f":{server.port}", 1)[1]
+
+
+def _put_head(target: str, size: int) -> bytes:
+    head = f"PUT {target} HTTP/1.1\r\nContent-Length: {size}\r\nContent-Type: image/png\r\n"
+    return head.encode() + b"\r\n"
+
+
+def test_the_pace_floor_is_checked_as_the_body_travels() -> None:
+    """wait_s: a head start of BODY_IDLE_S, then MIN_RATE bytes a second on average; each
+    wait at most BODY_IDLE_S."""
+    idle, rate = mediahttp.BODY_IDLE_S, mediahttp.MIN_RATE
+    assert mediahttp.wait_s(100.0, 0, 100.0) == idle
+    assert mediahttp.wait_s(100.0, 0, 100.0 + idle) == 0  # nothing in the head start: out
+    assert mediahttp.wait_s(100.0, 100 * rate, 100.0 + idle + 4) == idle  # far ahead
+    assert mediahttp.wait_s(100.0, 10 * rate, 100.0 + idle + 9) == pytest.approx(1)
+    assert mediahttp.wait_s(100.0, rate, 100.0 + idle + 60) < 0  # far behind
+
+
+async def test_a_trickle_is_dropped_long_before_its_size_would_allow(
+    listener: MediaHttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large body sent a few bytes at a time is cut once it falls behind the floor,
+    not at the end of the time its whole size would take."""
+    monkeypatch.setattr(mediahttp, "BODY_IDLE_S", 0.5)
+    monkeypatch.setattr(mediahttp, "MIN_RATE", 10_000)  # 1 MB: up to 100 s at that rate
+    data = os.urandom(1_000_000)
+    target = _upload_target(listener, data)
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+
+    async def trickle() -> None:  # 100 bytes every 0.1 s: never idle, far below the floor
+        writer.write(_put_head(target, len(data)))
+        for i in range(0, len(data), 100):
+            writer.write(data[i : i + 100])
+            await asyncio.sleep(0.1)
+
+    sender = asyncio.create_task(trickle())
+    try:
+        async with asyncio.timeout(3):
+            with contextlib.suppress(ConnectionResetError):
+                assert await reader.read() == b""  # dropped, unanswered
+    finally:
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+            await sender
+        writer.close()
+
+
+async def test_a_url_takes_one_put_at_a_time(listener: MediaHttpServer) -> None:
+    data = os.urandom(50_000)
+    target = _upload_target(listener, data)
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    try:
+        writer.write(_put_head(target, len(data)) + data[:1000])
+        await writer.drain()
+        await asyncio.sleep(0.3)  # the first upload is under way
+        second = await _exchange(listener, _put_head(target, len(data)) + data)
+        assert second.startswith(b"HTTP/1.1 409 "), second[:80]
+        writer.write(data[1000:])  # the first one finishes
+        async with asyncio.timeout(5):
+            first = await reader.read()
+        assert first.startswith(b"HTTP/1.1 201 "), first[:80]
+        again = await _exchange(listener, _put_head(target, len(data)) + data)
+        assert again.startswith(b"HTTP/1.1 201 "), again[:80]  # free again: a retry works
+    finally:
+        writer.close()
+
+
+async def test_connections_from_one_address_are_capped(tmp_path: Path) -> None:
+    objects = FileObjects("file://", str(tmp_path / "media"), SECRET)
+    server = MediaHttpServer(objects, "127.0.0.1", 0, reuse_port=False, per_address=2)
+    await server.start()
+    idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(2)]
+    try:
+        await asyncio.sleep(0.2)  # both accepted, waiting for their heads
+        reply = await _exchange(server, b"")  # answered before it is read
+        assert reply.startswith(b"HTTP/1.1 429 "), reply[:80]
+        for _, w in idle:
+            w.close()
+        await asyncio.sleep(0.2)  # their handlers ended
+        reply = await _exchange(server, b"GET /x HTTP/1.1\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.1 403 "), reply[:80]  # let in again
+    finally:
+        for _, w in idle:
+            w.close()
+        await server.close()
