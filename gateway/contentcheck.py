@@ -14,11 +14,14 @@ A denied message is not stored; its sender gets ERROR content_denied (33), or fo
 batch follows `--check-fail`: `open` stores every message (the check is skipped and
 counted), `closed` answers the whole batch unavailable (nothing stored; clients retry with
 the same client_msg_id). Connections are pooled (at most `check_pool`, kept alive) by
-httpx.
+httpx. The deadline is the whole call's (waiting for a pooled connection, connecting,
+sending, the status and the whole body): httpx's own timeouts are per step, so a hook
+that answers a byte at a time would never trip them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Callable, Sequence
 from typing import Any, Final
@@ -53,6 +56,7 @@ class WebhookCheck:
         self._fail_open = fail == FAIL_OPEN
         self._log = log
         self._throttle = throttle  # log at most so often (gateway.logs.Throttle.allow)
+        self._timeout_s = timeout_s
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s),
             limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
@@ -77,7 +81,8 @@ class WebhookCheck:
             ]
         }
         try:
-            reply = await self._client.post(self.url, json=body)
+            async with asyncio.timeout(self._timeout_s):
+                reply = await self._client.post(self.url, json=body)
             if reply.status_code != 200:
                 raise ValueError(f"status {reply.status_code}")
             allow = reply.json()["allow"]

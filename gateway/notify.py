@@ -10,11 +10,12 @@ to users who are offline (docs/api.md, Webhook).
 Any 2xx answer acknowledges the batch. Delivery is at least once: a batch is posted
 again, after 0.1 s doubling up to `retry_cap_s`, until it is acknowledged (so a
 receiver deduplicates by `msg_id`), and batches go in commit order, one at a time. A
-send never waits for it: messages are queued when they are pushed, and the queue is
-bounded (`queue_max`); past it, messages are not queued but counted (`dropped`) and
-logged, and the receiver catches up by reading history. Queued messages live in the
-node's memory: a node that dies loses its queue (the messages are stored; only their
-notification is lost).
+post without a whole answer within `timeout_s` (the whole call, not each read) has
+failed and is retried. A send never waits for it: messages are queued when they are
+pushed, and the queue is bounded (`queue_max`); past it, messages are not queued but
+counted (`dropped`) and logged, and the receiver catches up by reading history. Queued
+messages live in the node's memory: a node that dies loses its queue (the messages are
+stored; only their notification is lost).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class Notifier:
         self._retry_cap_s = retry_cap_s
         self._log = log
         self._throttle = throttle  # log at most so often (gateway.logs.Throttle.allow)
+        self._timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers)
         self._wake = asyncio.Event()  # set: the queue is not empty
@@ -116,7 +118,8 @@ class Notifier:
     async def _post(self, batch: list[StoredMessage]) -> bool:
         body = {"node": self._node_id, "messages": [notification(m) for m in batch]}
         try:
-            reply = await self._client.post(self.url, json=body)
+            async with asyncio.timeout(self._timeout_s):  # httpx's timeouts are per read
+                reply = await self._client.post(self.url, json=body)
             if 200 <= reply.status_code < 300:
                 return True
             error = f"status {reply.status_code}"

@@ -8,7 +8,9 @@
   AWS sources, never from the URL.
 
 An object's path is `<root>/<key>`. Signing is local computation; the calls that touch
-the objects (`size_of`, `delete`) run in a thread.
+the objects (`size_of`, `delete`) run in a thread, and on S3 each has S3_CALL_TIMEOUT_S
+in all (botocore's timeouts are per connect and per read: a store that answers a byte
+at a time would hold a media SEND for as long as it likes).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol, TypeVar
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from storage.errors import ObjectsUnavailable
 from storage.media.signing import Grant, signed_path
+
+S3_CALL_TIMEOUT_S: Final = 10.0  # one S3 call, its attempts included
+T = TypeVar("T")
 
 
 class MediaUrlError(ValueError):
@@ -159,7 +164,7 @@ class S3Objects:
                 raise ObjectsUnavailable(f"s3 HEAD {key}: {e}") from e
             return int(meta["ContentLength"])
 
-        return await asyncio.to_thread(head)
+        return await _deadline(head, f"s3 HEAD {key}")
 
     async def delete(self, key: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -170,7 +175,17 @@ class S3Objects:
             except (BotoCoreError, ClientError) as e:
                 raise ObjectsUnavailable(f"s3 DELETE {key}: {e}") from e
 
-        await asyncio.to_thread(delete)
+        await _deadline(delete, f"s3 DELETE {key}")
+
+
+async def _deadline(call: Callable[[], T], what: str) -> T:
+    """`call()` in a thread, waited for S3_CALL_TIMEOUT_S at most (ObjectsUnavailable
+    after that; the thread ends at botocore's own timeouts)."""
+    try:
+        async with asyncio.timeout(S3_CALL_TIMEOUT_S):
+            return await asyncio.to_thread(call)
+    except TimeoutError:
+        raise ObjectsUnavailable(f"{what}: no answer in {S3_CALL_TIMEOUT_S:g} s") from None
 
 
 def open_objects(url: str, secret: bytes) -> FileObjects | S3Objects:
