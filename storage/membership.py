@@ -1,6 +1,15 @@
-"""The rules of one GROUP_MEMBERS change, decided once for every store: who is added,
-removed and leaves, in which order the events are written, the member limit, and who
-owns the group afterwards. Pure: the stores apply the plan inside their transaction."""
+"""The rules of membership, decided once for every store. Pure: the stores apply them
+inside their transactions and queries.
+
+- One GROUP_MEMBERS change (`plan_change`): who is added, removed and leaves, in which
+  order the events are written, the member limit, and who owns the group afterwards.
+- Showing up (`shown_up_sql`, `start_read_seq`): a member has shown up in a conversation
+  once its read position reaches the message that let it in (its `joined_seq`). Only
+  what a member did counts: reading there, or creating the group (the creator starts
+  at its own "created" message). Being added, a p2p opened by someone else, or owning a
+  group by inheritance (the owner left) shows nothing. Presence answers only about
+  members who have shown up in a conversation shared with the asker.
+"""
 
 from __future__ import annotations
 
@@ -47,3 +56,16 @@ def plan_change(
         new_owner = remaining[0] if remaining else 0
     events = [(e, uids) for e, uids in (("added", adds), ("removed", removes), ("left", leaves))]
     return MembershipPlan([(e, u) for e, u in events if u], new_owner, owner)
+
+
+def start_read_seq(pos: int, seq: int) -> int:
+    """The read position of the member at `pos` of a group's "created" message `seq`:
+    the creator (position 0) has seen its own creation, so it starts at it, shown up;
+    everyone it named starts just before it, as a member added later does."""
+    return seq if pos == 0 else seq - 1
+
+
+def shown_up_sql(member: str) -> str:
+    """Whether the im_conv_member row `member` (a table alias) has shown up, as SQL
+    (MySQL and SQLite alike)."""
+    return f"{member}.read_seq >= {member}.joined_seq"

@@ -145,9 +145,10 @@ class ChatStore(Protocol):
 
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
         """Those of `others` whose presence `uid` may see: they share a current
-        conversation with `uid` and have shown up in it (read up to at least their
-        first visible seq, or own it). Opening a p2p with a stranger, or adding one to a
-        group, shows nothing of them."""
+        conversation with `uid` and have shown up in it (storage/membership.py: read up
+        to at least their first visible seq, or created the group). Opening a p2p with a
+        stranger, adding one to a group, or leaving them the ownership of a group shows
+        nothing of them."""
         ...
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:

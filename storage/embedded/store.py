@@ -25,7 +25,7 @@ from storage.archive import tiered
 from storage.archive.index import FILES_SQL, SENT_KEEP_MS, SENT_SQL, ArchiveFile
 from storage.embedded.schema import connect, migrate
 from storage.errors import StoreUnavailable
-from storage.membership import plan_change
+from storage.membership import plan_change, shown_up_sql, start_read_seq
 from storage.models import (
     AppendResult,
     Conversation,
@@ -443,7 +443,10 @@ class EmbeddedStore:
             conn.executemany(
                 "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, updated_ms)"
                 " VALUES (?,?,?,?,?,?)",
-                [(conv_id, _s(u), i, msg.seq, msg.seq - 1, now) for i, u in enumerate(members)],
+                [
+                    (conv_id, _s(u), i, msg.seq, start_read_seq(i, msg.seq), now)
+                    for i, u in enumerate(members)
+                ],
             )
             return conv_id, msg
 
@@ -770,10 +773,9 @@ class EmbeddedStore:
             assert self._rconn is not None
             rows = self._rconn.execute(
                 "SELECT DISTINCT b.uid FROM im_conv_member a JOIN im_conv_member b "
-                "ON a.conv_id = b.conv_id JOIN im_conversation c ON c.conv_id = a.conv_id "
-                "WHERE a.uid=? AND a.left_seq IS NULL "
+                "ON a.conv_id = b.conv_id WHERE a.uid=? AND a.left_seq IS NULL "
                 f"AND b.left_seq IS NULL AND b.uid IN ({marks}) "
-                "AND (b.read_seq >= b.joined_seq OR c.owner_uid = b.uid)",
+                f"AND {shown_up_sql('b')}",
                 (_s(uid), *map(_s, others)),
             ).fetchall()
             return {_u(r[0]) for r in rows}

@@ -42,7 +42,7 @@ from protocol.ops import ConvKind, MsgType
 from storage.archive import tiered
 from storage.archive.index import FILES_SQL, ArchiveFile
 from storage.errors import StoreUnavailable
-from storage.membership import plan_change
+from storage.membership import plan_change, shown_up_sql, start_read_seq
 from storage.models import (
     AppendFailed,
     AppendResult,
@@ -588,7 +588,7 @@ class MySQLStore:
             values = ",".join(["(%s,%s,%s,%s,%s,%s)"] * len(members))
             params: list[int] = []
             for i, u in enumerate(members):
-                params += [conv_id, u, i, msg.seq, msg.seq - 1, now]
+                params += [conv_id, u, i, msg.seq, start_read_seq(i, msg.seq), now]
             await cur.execute(
                 "INSERT INTO im_conv_member (conv_id, uid, pos, joined_seq, read_seq, "
                 f"updated_ms) VALUES {values}",
@@ -1107,10 +1107,9 @@ class MySQLStore:
         async def q(cur: Cursor) -> set[int]:
             await cur.execute(
                 "SELECT DISTINCT b.uid FROM im_conv_member a JOIN im_conv_member b "
-                "ON a.conv_id = b.conv_id JOIN im_conversation c ON c.conv_id = a.conv_id "
-                "WHERE a.uid=%s AND a.left_seq IS NULL "
+                "ON a.conv_id = b.conv_id WHERE a.uid=%s AND a.left_seq IS NULL "
                 f"AND b.left_seq IS NULL AND b.uid IN ({marks}) "
-                "AND (b.read_seq >= b.joined_seq OR c.owner_uid = b.uid)",
+                f"AND {shown_up_sql('b')}",
                 (uid, *others),
             )
             return {int(r[0]) for r in await cur.fetchall()}

@@ -1,0 +1,67 @@
+"""Showing up in a conversation (storage/membership.py): what a user did there, never
+what others did to it, decides whether others see its presence."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.server import Server
+from protocol.frames import (
+    ConvOk,
+    GroupCreate,
+    GroupMembers,
+    Ok,
+    Presence,
+    PresenceResult,
+    Read,
+    Send,
+    SendAck,
+)
+from tests.support.wire import Wire
+
+# Both stores: the rules are SQL in each (SQLite; MySQL behind Redis's read positions).
+pytestmark = pytest.mark.backends("embedded", "production")
+
+
+async def conv_of(reply: object) -> int:
+    assert isinstance(reply, ConvOk), reply
+    return reply.conv_id
+
+
+async def presence(w: Wire, uid: int) -> tuple[str, ...]:
+    res = await w.request(Presence(0, (uid,)))
+    assert isinstance(res, PresenceResult), res
+    [(who, devices)] = res.entries
+    assert who == uid
+    return devices
+
+
+async def counts(gw: Server, uids: list[int]) -> dict[int, int]:
+    got: dict[int, int] = await gw.node.store.conversation_counts(uids)  # type: ignore[union-attr]
+    return got
+
+
+async def read_all(w: Wire, conv: int, seq: int) -> None:
+    """READ up to `seq`, and wait until the store has it (the production store writes
+    read positions to MySQL about once a second)."""
+    await w.send(Read(conv, seq))
+    await asyncio.sleep(1.2)
+
+
+async def test_inherited_ownership_shows_no_presence(gw: Server) -> None:
+    a = await Wire.login(gw.port, 1, "a-phone")
+    s = await Wire.login(gw.port, 2, "s-laptop")
+    b = await Wire.login(gw.port, 3, "b-phone")
+    g = await conv_of(await a.request(GroupCreate(0, "g", (2, 3))))
+    assert await presence(b, 1) == ("a-phone",)  # the creator showed up by creating it
+    assert await presence(b, 2) == ()
+    assert isinstance(await a.request(GroupMembers(0, g, (), (1,))), Ok)  # A leaves
+    # S owns the group now, but has done nothing there
+    assert await presence(b, 2) == ()
+    assert await presence(s, 3) == ()
+    ack = await b.request(Send(0, g, "b1", 1, b"hi"))
+    assert isinstance(ack, SendAck)
+    await read_all(s, g, ack.seq)  # S reads: now it has shown up
+    assert await presence(b, 2) == ("s-laptop",)
