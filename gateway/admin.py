@@ -5,7 +5,11 @@ sessions on every node; what `imgw revoke` calls), and the server API under /api
 (gateway/api.py, docs/api.md). Actions (every method but GET) and every API call need
 `Authorization: Bearer <admin_token>` when a token is configured (the config refuses a
 non-loopback admin address without one). A deliberately tiny HTTP/1.0 responder: one
-request (a body only with Content-Length, at most MAX_BODY bytes), one response, close."""
+request (a body only with Content-Length, at most MAX_BODY bytes), one response, close.
+A request it cannot read (a line over 64 KiB, more than MAX_HEADERS headers, a
+Content-Length that is not 1 to MAX_LENGTH_DIGITS ASCII digits, a target that is no URL)
+is answered 400 and logged at most once a second, with no traceback: it may come from
+anyone who reaches the port, before any token is checked."""
 
 from __future__ import annotations
 
@@ -27,6 +31,11 @@ if TYPE_CHECKING:
 DrainHandler = Callable[[float | None, str | None], None]
 MAX_HEADERS = 64
 MAX_BODY = 256 * 1024
+MAX_LENGTH_DIGITS = 18  # a Content-Length int() takes at once (longer ones are refused)
+
+
+class _BadRequest(Exception):
+    """The request cannot be read: answer 400 with this text."""
 
 
 class AdminServer:
@@ -57,42 +66,55 @@ class AdminServer:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with asyncio.timeout(5):
-                line = await reader.readline()
-                parts = line.decode("latin-1").split()
-                bearer = ""
-                length = 0
-                expect = False
-                for _ in range(MAX_HEADERS):
-                    header = (await reader.readline()).decode("latin-1").strip()
-                    if not header:
-                        break
-                    name, _, value = header.partition(":")
-                    name, value = name.strip().lower(), value.strip()
-                    if name == "authorization":
-                        scheme, _, cred = value.partition(" ")
-                        if scheme.lower() == "bearer":
-                            bearer = cred.strip()
-                    elif name == "content-length":
-                        length = int(value) if value.isdigit() else -1
-                    elif name == "expect":
-                        expect = value.lower() == "100-continue"
-                request_body = b""
-                if 0 < length <= MAX_BODY:
-                    if expect and parts[2:3] == ["HTTP/1.1"]:  # curl, for bodies over 1 KiB
-                        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    request_body = await reader.readexactly(length)
-            method = parts[0] if parts else "GET"
-            target = parts[1] if len(parts) >= 2 else "/"
-            path = urlsplit(target).path
-            if path.startswith(api.PREFIX):
-                status, ctype, body = await self._api(method, target, bearer, length, request_body)
-            elif method != "GET" and not self._authorized(bearer):
-                status, ctype, body = "401 Unauthorized", "text/plain", b"admin token needed\n"
-            elif path == "/revoke":
-                status, ctype, body = await self._revoke(method, urlsplit(target).query)
-            else:
-                status, ctype, body = self._route(method, target)
+            try:
+                async with asyncio.timeout(5):
+                    line = await _line(reader, "request line")
+                    parts = line.decode("latin-1").split()
+                    bearer = ""
+                    length = 0
+                    expect = False
+                    for _ in range(MAX_HEADERS):
+                        header = (await _line(reader, "header")).decode("latin-1").strip()
+                        if not header:
+                            break
+                        name, _, value = header.partition(":")
+                        name, value = name.strip().lower(), value.strip()
+                        if name == "authorization":
+                            scheme, _, cred = value.partition(" ")
+                            if scheme.lower() == "bearer":
+                                bearer = cred.strip()
+                        elif name == "content-length":
+                            length = _content_length(value)
+                        elif name == "expect":
+                            expect = value.lower() == "100-continue"
+                    else:
+                        raise _BadRequest(f"more than {MAX_HEADERS} headers")
+                    request_body = b""
+                    if 0 < length <= MAX_BODY:
+                        if expect and parts[2:3] == ["HTTP/1.1"]:  # curl, bodies over 1 KiB
+                            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                        request_body = await reader.readexactly(length)
+                method = parts[0] if parts else "GET"
+                target = parts[1] if len(parts) >= 2 else "/"
+                try:
+                    path = urlsplit(target).path
+                except ValueError:  # "http://[x/..." (a bad IPv6 host), say
+                    raise _BadRequest("the request target is no URL") from None
+                if path.startswith(api.PREFIX):
+                    status, ctype, body = await self._api(
+                        method, target, bearer, length, request_body
+                    )
+                elif method != "GET" and not self._authorized(bearer):
+                    status, ctype, body = "401 Unauthorized", "text/plain", b"admin token needed\n"
+                elif path == "/revoke":
+                    status, ctype, body = await self._revoke(method, urlsplit(target).query)
+                else:
+                    status, ctype, body = self._route(method, target)
+            except _BadRequest as e:
+                node = self._node
+                if (held := node.log_throttle.allow("admin bad request")) is not None:
+                    node.log.info("admin request refused", reason=str(e), similar_held_back=held)
+                status, ctype, body = "400 Bad Request", "text/plain", f"{e}\n".encode()
             head = (
                 f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -101,6 +123,10 @@ class AdminServer:
             await writer.drain()
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
+        except Exception:  # a bug here: logged, throttled (anyone can send the request)
+            node = self._node
+            if (held := node.log_throttle.allow("admin failed")) is not None:
+                node.log.exception("admin request failed", similar_held_back=held)
         finally:
             writer.close()
 
@@ -181,3 +207,18 @@ class AdminServer:
             return "409 Conflict", "text/plain", b"already draining\n"
         self._on_drain(rate, hint)
         return "202 Accepted", "text/plain", b"draining\n"
+
+
+async def _line(reader: asyncio.StreamReader, what: str) -> bytes:
+    try:
+        return await reader.readline()
+    except ValueError:  # over the reader's limit (64 KiB)
+        raise _BadRequest(f"{what} over 64 KiB") from None
+
+
+def _content_length(value: str) -> int:
+    """A Content-Length of ASCII digits (str.isdigit() also takes "²", which int()
+    refuses), short enough for int() at once; else _BadRequest."""
+    if not (value.isascii() and value.isdigit() and len(value) <= MAX_LENGTH_DIGITS):
+        raise _BadRequest(f"Content-Length must be 1 to {MAX_LENGTH_DIGITS} ASCII digits")
+    return int(value)
