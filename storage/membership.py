@@ -8,7 +8,8 @@ inside their transactions and queries.
   what a member did counts: reading there, or creating the group (the creator starts
   at its own "created" message). Being added, a p2p opened by someone else, or owning a
   group by inheritance (the owner left) shows nothing. Presence answers only about
-  members who have shown up in a conversation shared with the asker.
+  members who have shown up in a conversation shared with the asker, and a user's
+  conversation quota counts only the groups it has shown up in (and its p2ps).
 """
 
 from __future__ import annotations

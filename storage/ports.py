@@ -152,7 +152,9 @@ class ChatStore(Protocol):
         ...
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
-        """How many conversations each uid is a member of now (uids in none omitted)."""
+        """How many conversations each uid has joined and is a member of now: its p2ps,
+        and the groups it has shown up in (created, or read in; storage/membership.py).
+        A group others put it in counts once it reads there. Uids in none omitted."""
         ...
 
     def now_ms(self) -> int:

@@ -37,7 +37,10 @@ async def open_p2p(node: Services, conn: Session, f: OpenP2P) -> None:
 
 
 async def _check_room(node: Services, uids: Sequence[int]) -> None:
-    """Every uid joining may be in one conversation more (max_conversations)."""
+    """Every uid joining by its own doing may be in one conversation more
+    (max_conversations). A quota counts the p2ps and the groups a user has shown up in
+    (`Store.conversation_counts`): being put in a group takes none of it, so strangers
+    cannot fill it; the p2p counts for both sides, one per pair."""
     cap = node.config.max_conversations
     counts = await node.store.conversation_counts(uids)
     full = sorted(u for u, n in counts.items() if n >= cap)
@@ -54,7 +57,7 @@ async def group_create(node: Services, conn: Session, f: GroupCreate) -> None:
     members = list(dict.fromkeys([conn.uid, *f.uids]))
     if len(members) > GROUP_MAX_MEMBERS:
         raise RequestError(ErrorCode.BAD_REQUEST, f"groups hold at most {GROUP_MAX_MEMBERS}")
-    await _check_room(node, members)
+    await _check_room(node, [conn.uid])  # the others join when they read there
     if not node.group_limiter.take(conn.uid):
         raise RequestError(
             ErrorCode.RATE_LIMITED,
@@ -87,8 +90,6 @@ async def group_members(node: Services, conn: Session, f: GroupMembers) -> None:
     new = {u for u in f.add if u not in present}
     if len(present) + len(new) > GROUP_MAX_MEMBERS:
         raise RequestError(ErrorCode.BAD_REQUEST, f"groups hold at most {GROUP_MAX_MEMBERS}")
-    if new:
-        await _check_room(node, sorted(new))
     try:  # checked again under the group's lock: concurrent adds can't overshoot
         change = await node.store.change_members(
             f.conv_id, conn.uid, f.add, f.remove, max_members=GROUP_MAX_MEMBERS

@@ -756,9 +756,11 @@ class EmbeddedStore:
         def q() -> dict[int, int]:
             assert self._rconn is not None
             rows = self._rconn.execute(
-                "SELECT uid, COUNT(*) FROM im_conv_member "
-                f"WHERE uid IN ({marks}) AND left_seq IS NULL GROUP BY uid",
-                tuple(map(_s, wanted)),
+                "SELECT m.uid, COUNT(*) FROM im_conv_member m "
+                "JOIN im_conversation c ON c.conv_id = m.conv_id "
+                f"WHERE m.uid IN ({marks}) AND m.left_seq IS NULL "
+                f"AND (c.kind = ? OR {shown_up_sql('m')}) GROUP BY m.uid",
+                (*map(_s, wanted), ConvKind.P2P),
             ).fetchall()
             return {_u(u): int(n) for u, n in rows}
 

@@ -1088,8 +1088,10 @@ class MySQLStore:
 
         async def q(cur: Cursor) -> dict[int, int]:
             await cur.execute(
-                "SELECT uid, COUNT(*) FROM im_conv_member "
-                f"WHERE uid IN ({listed}) AND left_seq IS NULL GROUP BY uid"
+                "SELECT m.uid, COUNT(*) FROM im_conv_member m "
+                "JOIN im_conversation c ON c.conv_id = m.conv_id "
+                f"WHERE m.uid IN ({listed}) AND m.left_seq IS NULL "
+                f"AND (c.kind = {int(ConvKind.P2P)} OR {shown_up_sql('m')}) GROUP BY m.uid"
             )
             return {int(u): int(n) for u, n in await cur.fetchall()}
 

@@ -1,5 +1,6 @@
 """Showing up in a conversation (storage/membership.py): what a user did there, never
-what others did to it, decides whether others see its presence."""
+what others did to it, decides whether others see its presence and whether the
+conversation takes a slot of its quota (max_conversations)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from protocol.frames import (
     GroupCreate,
     GroupMembers,
     Ok,
+    OpenP2P,
     Presence,
     PresenceResult,
     Read,
     Send,
     SendAck,
 )
+from protocol.ops import ErrorCode
+from tests.conftest import StartGateway
 from tests.support.wire import Wire
 
 # Both stores: the rules are SQL in each (SQLite; MySQL behind Redis's read positions).
@@ -65,3 +69,33 @@ async def test_inherited_ownership_shows_no_presence(gw: Server) -> None:
     assert isinstance(ack, SendAck)
     await read_all(s, g, ack.seq)  # S reads: now it has shown up
     assert await presence(b, 2) == ("s-laptop",)
+
+
+async def test_strangers_cannot_fill_a_quota(start_gateway: StartGateway) -> None:
+    gw = await start_gateway(max_conversations=3)
+    victim = await Wire.login(gw.port, 2)
+    groups = []
+    for stranger in (11, 12, 13, 14, 15):  # more groups than the victim's quota
+        w = await Wire.login(gw.port, stranger)
+        groups.append(await conv_of(await w.request(GroupCreate(0, "spam", (2,)))))
+    assert (await counts(gw, [2, 11])) == {11: 1}  # the creators' quotas, not the victim's
+    # the victim can still open its own conversations, and be asked into a friend's
+    await conv_of(await victim.request(OpenP2P(0, 5)))
+    friend = await Wire.login(gw.port, 6)
+    with_friend = await conv_of(await friend.request(GroupCreate(0, "team", (2,))))
+    assert (await counts(gw, [2]))[2] == 1  # the p2p
+    # a group counts once the victim reads there
+    await read_all(victim, with_friend, 1)
+    assert (await counts(gw, [2]))[2] == 2
+    await conv_of(await victim.request(GroupCreate(0, "mine", (6,))))
+    assert (await counts(gw, [2]))[2] == 3
+    # full now: what the victim would start is refused, an invitation still is not
+    assert await victim.error(OpenP2P(0, 7)) == ErrorCode.FORBIDDEN
+    assert await victim.error(GroupCreate(0, "more", ())) == ErrorCode.FORBIDDEN
+    await conv_of(await friend.request(GroupCreate(0, "team 2", (2,))))
+    # leaving a stranger's group it never read in frees nothing: it took nothing
+    assert isinstance(await victim.request(GroupMembers(0, groups[0], (), (2,))), Ok)
+    assert (await counts(gw, [2]))[2] == 3
+    # the p2p counts for both sides: one per pair
+    seven = await Wire.login(gw.port, 7)
+    assert await seven.error(OpenP2P(0, 2)) == ErrorCode.FORBIDDEN
