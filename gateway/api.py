@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import json
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -65,6 +65,7 @@ RID: Final = 1  # the rid of a Call's one request (nothing else shares its repli
 CALL_TIMEOUT_S: Final = 30.0
 BROADCAST_MAX_UIDS: Final = 1000
 TEXT_MAX_BYTES: Final = 256  # a kick's text
+DATA_DEPTH_MAX: Final = 32  # arrays and objects nested in a system message's "data"
 
 # The HTTP status of each error code.
 STATUS: Final[Mapping[ErrorCode, int]] = {
@@ -219,7 +220,7 @@ def content_of(body: Mapping[str, Any]) -> bytes:
         return as_str(body["text"], "text").encode()
     try:
         return base64.b64decode(as_str(body["content_b64"], "content_b64"), validate=True)
-    except binascii.Error as e:
+    except ValueError as e:  # binascii.Error, or a character outside ASCII
         raise ApiError(ErrorCode.BAD_REQUEST, "content_b64 is not base64") from e
 
 
@@ -365,6 +366,10 @@ class Api:
             event: dict[str, Any] = {"event": "notice", "by": 0, "uids": []}
             event["text"] = as_str(field(body, "text"), "text")
             if "data" in body:
+                if _depth(body["data"]) > DATA_DEPTH_MAX:
+                    raise ApiError(
+                        ErrorCode.BAD_REQUEST, f"data nests deeper than {DATA_DEPTH_MAX} levels"
+                    )
                 event["data"] = body["data"]
             try:
                 content: bytes = msgpack.packb(event)
@@ -588,13 +593,43 @@ class Bucket:
 
 
 def _json_object(raw: bytes) -> dict[str, Any]:
+    """The request body: a JSON object of strict JSON (no NaN or Infinity, nor a number
+    too large for a float, which Python's parser would take: a stored one would come
+    back as a literal NaN that strict parsers refuse)."""
     try:
-        body = json.loads(raw or b"{}")
+        body = json.loads(raw or b"{}", parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, UnicodeDecodeError) as e:
         raise ApiError(ErrorCode.BAD_REQUEST, f"the body is not JSON: {e}") from None
+    except RecursionError:  # nested deeper than the parser's recursion limit
+        raise ApiError(ErrorCode.BAD_REQUEST, "the body is not JSON: nested too deep") from None
     if not isinstance(body, dict):
         raise ApiError(ErrorCode.BAD_REQUEST, "the body must be a JSON object")
     return body
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value (a scalar: 0, `[]`: 1),
+    level by level without recursion, counted up to DATA_DEPTH_MAX + 1 at most."""
+    depth = 0
+    level = [value]
+    while depth <= DATA_DEPTH_MAX:
+        containers = [v for v in level if isinstance(v, dict | list)]
+        if not containers:
+            break
+        depth += 1
+        level = [x for c in containers for x in (c.values() if isinstance(c, dict) else c)]
+    return depth
 
 
 def http_status(status: int) -> str:

@@ -43,7 +43,7 @@ def message_json(
     if msg_type == MsgType.SYSTEM:
         try:
             event = msgpack.unpackb(content)
-            json.dumps(event)
+            json.dumps(event, allow_nan=False)  # strict JSON only: no NaN, no Infinity
         except Exception:  # not a map JSON can carry: content_b64 has it
             pass
         else:

@@ -6,6 +6,7 @@ for non-members, rate limited per uid; group changes follow the owner rule."""
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import httpx
@@ -350,3 +351,44 @@ async def test_a_draining_node_refuses_changes_and_still_reads(
     )
     assert (await api.ok("GET", f"conversations/{conv}"))["members"] == [1, 2]
     gw.node.accepting = True
+
+
+@pytest.mark.backends("embedded")
+async def test_input_the_encoders_would_choke_on_is_refused_and_history_stays_strict(
+    start_gateway: StartGateway,
+) -> None:
+    """Each was a 500 (or, NaN, stored and given back as a literal NaN): now a 400, and
+    what is stored reads back as strict JSON."""
+    _, api = await started(start_gateway)
+    conv = (await api.ok("POST", "p2p", {"uid": 1, "peer_uid": 2}))["conv_id"]
+    notice = '{"sender_uid": 0, "client_msg_id": "n1", "text": "t", "data": %s}'
+    bad = [
+        (f"conversations/{conv}/messages", '{"sender_uid": 1, "client_msg_id": "m", '
+         '"content_b64": "aGk\u00e9"}'),
+        ("broadcast", '{"uids": [1], "content_b64": "\u00b2"}'),
+        ("groups", '{"owner_uid": 1, "uids": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        (f"conversations/{conv}/messages", notice % ("[" * 990 + "]" * 990)),
+        (f"conversations/{conv}/messages", notice % '{"x": NaN}'),
+        (f"conversations/{conv}/messages", notice % "[Infinity, -Infinity]"),
+    ]  # fmt: skip
+    async with httpx.AsyncClient(timeout=10) as client:
+        for path, raw in bad:
+            r = await client.post(
+                api.base + path, content=raw.encode(), headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+            assert r.status_code == 400, (raw[:60], r.status_code, r.text[:200])
+            assert r.json()["error"]["code"] == "bad_request"
+    deep = json.loads("[" * 31 + "]" * 31)  # in its map, at the limit (32): stored
+    body = {"sender_uid": 0, "client_msg_id": "n2", "text": "t", "data": {"x": 1.5, "d": deep}}
+    await api.ok("POST", f"conversations/{conv}/messages", body)
+    async with httpx.AsyncClient(timeout=10) as client:
+        r = await client.get(
+            api.base + f"conversations/{conv}/messages",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+        )
+
+    def strict(name: str) -> None:
+        raise AssertionError(f"history carries {name}")
+
+    page = json.loads(r.text, parse_constant=strict)
+    assert [m["event"]["data"]["x"] for m in page["messages"]] == [1.5]
