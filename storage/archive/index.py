@@ -49,9 +49,9 @@ SENT_KEEP_MS: Final = 48 * 3600 * 1000  # as im_send_dedup (storage/mysql/store.
 LAST_RUN_PREFIX: Final = "archive_last_run."
 
 # The files of a conversation overlapping seqs [lo, hi], in seq order: a range of the
-# primary key (conv_id, seq_lo). Parameters: conv_id, hi, lo.
+# primary key (conv_id, seq_lo). Parameters: conv_id, hi, lo. Rows: `indexed_files`.
 FILES_SQL: Final = (
-    "SELECT seq_lo, seq_hi, root, file_key FROM im_archive "
+    "SELECT seq_lo, seq_hi, root, file_key, n_rows FROM im_archive "
     "WHERE conv_id={p} AND seq_lo<={p} AND seq_hi>={p} ORDER BY seq_lo"
 )
 # The idempotency record of an archived send. Parameters: sender_uid, client_msg_id.
@@ -72,12 +72,21 @@ class ArchivedMessage:
 
 @dataclass(frozen=True, slots=True)
 class ArchiveFile:
-    """One archived batch: seqs seq_lo..seq_hi of a conversation, in `key` under `root`."""
+    """One archived batch: seqs seq_lo..seq_hi of conversation `conv_id`, `n_rows` rows
+    in `key` under `root`, as the index row says. A file is only believed when it holds
+    exactly that (storage/archive/objects.py: `read_indexed`)."""
 
     seq_lo: int
     seq_hi: int
     root: str
     key: str
+    conv_id: int
+    n_rows: int
+
+
+def indexed_files(conv_id: int, rows: Sequence[Sequence[Any]]) -> list[ArchiveFile]:
+    """The files of FILES_SQL's rows."""
+    return [ArchiveFile(int(a), int(b), str(r), str(k), conv_id, int(n)) for a, b, r, k, n in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +418,7 @@ class SqliteIndex:
     async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
         def q(c: sqlite3.Connection) -> list[ArchiveFile]:
             rows = c.execute(FILES_SQL.format(p="?"), (conv_id, hi, lo)).fetchall()
-            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in rows]
+            return indexed_files(conv_id, rows)
 
         return await self._do(q)
 

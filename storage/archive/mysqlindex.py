@@ -17,6 +17,7 @@ from storage.archive.index import (
     _expected,
     _recent_sends,
     expected_head,
+    indexed_files,
 )
 from storage.mysql import MySQLStore, sql
 from storage.mysql.schema import message_table
@@ -215,7 +216,7 @@ class MySQLIndex:
     async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
         async def q(cur: Cursor) -> list[ArchiveFile]:
             await cur.execute(FILES_SQL.format(p="%s"), (conv_id, hi, lo))
-            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in await cur.fetchall()]
+            return indexed_files(conv_id, await cur.fetchall())
 
         return await self._db(conv_id).run(q, tx=False)
 

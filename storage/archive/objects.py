@@ -17,6 +17,7 @@ function here blocks: callers run them in a thread.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from storage.archive.index import ArchivedMessage
+from storage.archive.index import ArchivedMessage, ArchiveFile
 from storage.models import StoredMessage
 
 SCHEMA: Final = pa.schema(
@@ -162,8 +163,41 @@ def _fsync(path: str) -> None:
             os.close(fd)
 
 
+class ArchiveMismatch(ValueError):
+    """A file that does not hold what its index row says: another conversation's rows,
+    other seqs, or another number of rows (a file replaced, truncated or mixed up). It
+    is never served."""
+
+
+def check_rows(f: ArchiveFile, rows: Sequence[ArchivedMessage]) -> None:
+    """Raise ArchiveMismatch unless `rows` (in seq order) are exactly the index row's:
+    `f.n_rows` rows, each of conversation `f.conv_id`, distinct seqs from `f.seq_lo` to
+    `f.seq_hi`."""
+    where = f"archive file {f.key} (conversation {f.conv_id}, seqs {f.seq_lo}-{f.seq_hi})"
+    if len(rows) != f.n_rows:
+        raise ArchiveMismatch(f"{where}: {len(rows)} rows, the index says {f.n_rows}")
+    others = {r.msg.conv_id for r in rows} - {f.conv_id}
+    if others:
+        raise ArchiveMismatch(f"{where}: holds rows of conversation {min(others)}")
+    seqs = [r.msg.seq for r in rows]
+    if seqs and (seqs[0] != f.seq_lo or seqs[-1] != f.seq_hi):
+        raise ArchiveMismatch(f"{where}: holds seqs {seqs[0]}-{seqs[-1]}")
+    if any(a == b for a, b in itertools.pairwise(seqs)):  # sorted by read_file
+        raise ArchiveMismatch(f"{where}: a seq appears twice")
+
+
+def read_indexed(loc: Location, f: ArchiveFile) -> list[ArchivedMessage]:
+    """Every row of the file an index row names, in seq order, checked against that row
+    (`check_rows`): OSError when it cannot be read, ArchiveMismatch when it is not the
+    file the index names."""
+    rows = read_file(loc, f.key)
+    check_rows(f, rows)
+    return rows
+
+
 def read_file(loc: Location, key: str) -> list[ArchivedMessage]:
-    """Every row of one archive file, in seq order."""
+    """Every row of one archive file, in seq order, unchecked (`read_indexed` checks
+    them against the index)."""
     table = pq.read_table(loc.path(key), filesystem=loc.fs, schema=SCHEMA)
     cols = table.to_pydict()
     out = [

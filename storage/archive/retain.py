@@ -130,7 +130,10 @@ async def _expire_file(
 ) -> tuple[int, bool]:
     """Expire the past-retention rows of file `f`; (rows, whether the whole file went)."""
     loc = objects.open_location(f.root)
-    rows = await run_blocking(objects.read_file, loc, f.key)
+    try:
+        rows = await run_blocking(objects.read_indexed, loc, f)
+    except objects.ArchiveMismatch as e:
+        raise StoreUnavailable(str(e)) from e
     take = past(rows, f.seq_lo, cutoff)
     if take == 0:
         return 0, False
@@ -142,7 +145,7 @@ async def _expire_file(
     nbytes = 0
     if take < len(rows):
         key = objects.file_key(conv_id, through + 1, f.seq_hi)
-        new = ArchiveFile(through + 1, f.seq_hi, f.root, key)
+        new = ArchiveFile(through + 1, f.seq_hi, f.root, key, conv_id, len(rows) - take)
         nbytes = await run_blocking(objects.write_file, loc, new.key, rows[take:])
     if not await index.expire_file(conv_id, f, through, new, len(rows) - take, nbytes):
         raise StoreUnavailable("the archive index changed under retention (another run?)")

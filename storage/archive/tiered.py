@@ -13,17 +13,27 @@ seqs exactly as to the hot ones, and the archived rows are the rows as they stoo
 rules. A batch archived while a page is read shows up in both reads at most: rows are
 merged by seq.
 
+Every file is checked against its index row before a row of it is served (its rows'
+conversation, seq range and count: `objects.read_indexed`); a file that differs fails
+the page with StoreUnavailable (`unavailable` to the client) and an error log line.
+
 Seqs removed by retention (storage/archive/retain.py) are named by the conversation's
 "expired" index row (no file): it is left out here, so no page returns them.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+import structlog
 
 from storage.archive.index import ArchiveFile, run_blocking
 from storage.errors import StoreUnavailable
 from storage.models import StoredMessage
+
+log = structlog.get_logger("imgw.archive")
 
 Page = tuple[list[StoredMessage], bool]
 FilesOf = Callable[[int, int, int], Awaitable[list[ArchiveFile]]]
@@ -35,17 +45,39 @@ def _read(files: Sequence[ArchiveFile], lo: int, hi: int) -> list[StoredMessage]
     out: list[StoredMessage] = []
     for f in files:
         loc = objects.open_location(f.root)
-        out += [a.msg for a in objects.read_file(loc, f.key) if lo <= a.msg.seq <= hi]
+        out += [a.msg for a in objects.read_indexed(loc, f) if lo <= a.msg.seq <= hi]
     return out
 
 
 async def _read_files(files: Sequence[ArchiveFile], lo: int, hi: int) -> list[StoredMessage]:
     """The archived messages lo..hi of `files`; StoreUnavailable when the archive cannot
-    be read (object storage down, a file missing): the page is refused, never short."""
+    be read (object storage down, a file missing) or a file is not what its index row
+    says (logged: someone must look): the page is refused, never short or wrong."""
+    from storage.archive.objects import ArchiveMismatch
+
     try:
         return await run_blocking(_read, files, lo, hi)
+    except ArchiveMismatch as e:
+        _log_mismatch(str(e))
+        raise StoreUnavailable(f"archive: {e}") from e
     except (OSError, ValueError) as e:  # pyarrow: OSError for I/O, S3 included
         raise StoreUnavailable(f"archive: {e}") from e
+
+
+_MISMATCH_LOG_EVERY_S: Final = 60.0
+_mismatch_logged: dict[str, float] = {}  # problem -> when it was last logged
+
+
+def _log_mismatch(problem: str) -> None:
+    """An error line per distinct problem a minute: readers retrying a page that names a
+    bad file must not flood the log."""
+    now = time.monotonic()
+    if now - _mismatch_logged.get(problem, -_MISMATCH_LOG_EVERY_S) < _MISMATCH_LOG_EVERY_S:
+        return
+    if len(_mismatch_logged) >= 1000:
+        _mismatch_logged.clear()
+    _mismatch_logged[problem] = now
+    log.error("archive file does not match its index row; not served", problem=problem)
 
 
 def _live(files: list[ArchiveFile]) -> list[ArchiveFile]:

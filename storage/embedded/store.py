@@ -22,7 +22,13 @@ import msgpack
 
 from protocol.ops import ConvKind, MsgType
 from storage.archive import tiered
-from storage.archive.index import FILES_SQL, SENT_KEEP_MS, SENT_SQL, ArchiveFile
+from storage.archive.index import (
+    FILES_SQL,
+    SENT_KEEP_MS,
+    SENT_SQL,
+    ArchiveFile,
+    indexed_files,
+)
 from storage.embedded.schema import connect, migrate
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change, shown_up_sql, start_read_seq
@@ -613,7 +619,7 @@ class EmbeddedStore:
             rows = self._rconn.execute(
                 FILES_SQL.format(p="?"), (conv_id, min(hi, _I64_MAX), lo)
             ).fetchall()
-            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in rows]
+            return indexed_files(conv_id, rows)
 
         return await self._r(q)
 

@@ -40,7 +40,7 @@ from asyncmy import errors as db_errors
 
 from protocol.ops import ConvKind, MsgType
 from storage.archive import tiered
-from storage.archive.index import FILES_SQL, ArchiveFile
+from storage.archive.index import FILES_SQL, ArchiveFile, indexed_files
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change, shown_up_sql, start_read_seq
 from storage.models import (
@@ -844,7 +844,7 @@ class MySQLStore:
 
         async def q(cur: Cursor) -> list[ArchiveFile]:
             await cur.execute(FILES_SQL.format(p="%s"), (conv_id, hi, lo))
-            return [ArchiveFile(int(a), int(b), r, k) for a, b, r, k in await cur.fetchall()]
+            return indexed_files(conv_id, await cur.fetchall())
 
         return await self._at(conv_id).db.run(q, tx=False)
 
