@@ -55,6 +55,7 @@ class AdminServer:
         self._on_drain = on_drain
         self._server: asyncio.Server | None = None
         self.api = api.Api(node)
+        node.metrics.watch_admission(lambda: node.accepting, lambda: node.max_connections)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, self._host, self._port)

@@ -3,7 +3,7 @@ workers) can live in one process."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -30,6 +30,16 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         self.connections = Gauge("imgw_connections", "Open TCP connections", registry=r)
         self.sessions = Gauge("imgw_sessions", "Logged-in connections", registry=r)
+        # set from the node by watch_admission (gateway.admin, beside /readyz)
+        self.ready = Gauge(
+            "imgw_ready", "1 while /readyz answers 200 (taking clients), 0 draining", registry=r
+        )
+        self.max_connections = Gauge(
+            "imgw_max_connections",
+            "Connections the node takes: --max-connections, or fewer when the open-file "
+            "limit leaves room for fewer",
+            registry=r,
+        )
         self.logins = Counter("imgw_logins", "Login attempts", ["result"], registry=r)
         self.errors = Counter("imgw_errors", "ERROR frames sent", ["code"], registry=r)
         self.kicks = Counter("imgw_kicks", "KICK frames sent", ["reason"], registry=r)
@@ -103,6 +113,13 @@ class Metrics:
             registry=r,
         )
 
+    def watch_admission(
+        self, accepting: Callable[[], bool], max_connections: Callable[[], int]
+    ) -> None:
+        """Read imgw_ready and imgw_max_connections from the node at each scrape."""
+        self.ready.set_function(lambda: float(accepting()))
+        self.max_connections.set_function(lambda: float(max_connections()))
+
     def watch_bus(self, bus: Bus) -> None:
         """Expose the bus adapter's counters as imgw_bus_*_total."""
         self.registry.register(_BusCollector(bus))
@@ -115,7 +132,8 @@ class Metrics:
 
     def watch_notifier(self, notifier: Notifier) -> None:
         """Expose the notify webhook's counters as imgw_notify_{delivered,dropped,
-        failures}_total and its queue as imgw_notify_queued."""
+        failures}_total and its queue as imgw_notify_queued and
+        imgw_notify_oldest_age_seconds."""
         self.registry.register(_NotifyCollector(notifier))
 
     def observe_batch(self, size: int, seconds: float) -> None:
@@ -153,6 +171,12 @@ class _NotifyCollector:
         queued = GaugeMetricFamily("imgw_notify_queued", "Messages waiting for the webhook")
         queued.add_metric([], self._notifier.queued)
         yield queued
+        oldest = GaugeMetricFamily(
+            "imgw_notify_oldest_age_seconds",
+            "Since the oldest message waiting for the webhook was committed (0: none waits)",
+        )
+        oldest.add_metric([], self._notifier.oldest_age_s)
+        yield oldest
 
 
 class _RecentCollector:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
@@ -80,6 +81,13 @@ class Notifier:
     @property
     def queued(self) -> int:
         return len(self._queue)
+
+    @property
+    def oldest_age_s(self) -> float:
+        """Seconds since the oldest message in the queue was committed (0: none)."""
+        if not self._queue:
+            return 0.0
+        return max(0.0, time.time() - self._queue[0].server_ms / 1000)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
