@@ -20,6 +20,7 @@ from typing import Final
 
 from gateway.chatsession import ChatSession, say, start_stdin_reader
 from gateway.client import Client, ClientError, ConnectionLost, parse_addresses
+from gateway.client.link import TlsMismatch
 from protocol.token import DEVICE_RE, sign_token
 
 TOKEN_TTL_S: Final = 86_400
@@ -36,7 +37,8 @@ in two windows logs the first one out (kicked: duplicate_login).
 Type a line and press Enter to send it; /send PATH sends a file (when the gateway has
 --media); /quit or end of input (Ctrl-D) exits, /help lists the commands. Incoming
 messages print as "[HH:MM:SS] <sender uid>: text", read receipts as "(read by 2: <your
-message>)", files with the download URL the gateway signs for you.
+message>)" (each reader once), files with the download URL the gateway signs for you.
+Removed from the group, it says so and exits (status 0).
 """
 
 
@@ -108,15 +110,15 @@ def _members(spec: str) -> list[int]:
     return uids
 
 
-async def _open_conversation(client: Client, args: argparse.Namespace) -> tuple[int, str]:
-    """The conversation to chat in, and what to call it."""
+async def _open_conversation(client: Client, args: argparse.Namespace) -> tuple[int, str, bool]:
+    """The conversation to chat in, what to call it, and whether it was created now."""
     if args.peer is not None:
-        return await client.open_p2p(args.peer), f"chat with {args.peer}"
+        return await client.open_p2p(args.peer), f"chat with {args.peer}", False
     if args.group is not None:
         info = await client.group_info(args.group)
-        return args.group, f'group "{info.title}"'
+        return args.group, f'group "{info.title}"', False
     conv_id = await client.group_create(args.create_group, _members(args.members))
-    return conv_id, f'new group "{args.create_group}"'
+    return conv_id, f'group "{args.create_group}"', True
 
 
 async def _chat(args: argparse.Namespace, kid: str, secret: str) -> int:
@@ -132,20 +134,24 @@ async def _chat(args: argparse.Namespace, kid: str, secret: str) -> int:
         try:
             ok = await client.connect()
         except ConnectionLost as e:
-            _err(f"imgw chat: {e}; is `imgw serve` running there? (--addr says where)")
+            hint = "; is `imgw serve` running there? (--addr says where)"
+            if isinstance(e.__cause__, TlsMismatch):
+                hint = ""  # it says what to change
+            _err(f"imgw chat: {e}{hint}")
             return 1
         except ClientError as e:
             _err(f"imgw chat: cannot log in to {args.addr} as {uid}/{device}: {e}")
             return 1
         try:
-            conv_id, what = await _open_conversation(client, args)
-            chat = ChatSession(client, uid, conv_id)
+            conv_id, name, created = await _open_conversation(client, args)
+            chat = ChatSession(client, uid, conv_id, name)
             await chat.show_history()
         except ClientError as e:
             _err(f"imgw chat: {e}")
             return 1
         say(
-            f"--- {what}, conversation {conv_id} on {ok.node}, as {uid}/{device}; "
+            f"--- {'new ' * created}{name}, conversation {conv_id} on {ok.node}, "
+            f"as {uid}/{device}; "
             "/quit to exit, /help for more ---"
         )
         lines = start_stdin_reader(asyncio.get_running_loop())
@@ -155,6 +161,10 @@ async def _chat(args: argparse.Namespace, kid: str, secret: str) -> int:
         for task in (typing, showing):
             task.cancel()
         await asyncio.wait({typing, showing})
+        if chat.gone is not None:  # out of the conversation: said so, nothing failed
+            with contextlib.suppress(ClientError):
+                await client.logout()
+            return 0
         if typing.cancelled():  # incoming ended first: the session is over
             _err(f"imgw chat: {client.end_reason or 'session ended'}")
             return 1

@@ -1,7 +1,9 @@
 """A running `imgw chat`: stdin lines go out as messages (or /commands), incoming
 messages and read receipts are printed, each message once, and so is the state of the
 connection: lost, reconnected, back with the missed messages caught up; a line that
-waits for its ack is marked pending, and sent once acked."""
+waits for its ack is marked pending, and sent once acked (after the reconnect that let
+it through is shown). Removed from the group (or left from another window), it says so
+and the session ends (`ChatSession.gone`)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from gateway.chatmedia import media_key_in, send_file
-from gateway.chatview import Receipts, quote, render, render_notice
+from gateway.chatview import Receipts, quote, removal, render, render_notice
 from gateway.client import Client, ClientError, Event, SessionEnded, kick_name
 from protocol.frames import Error, Kick, MsgRecord, Notice, Push, ReadNotify
 from protocol.ops import KickReason, MsgType
@@ -63,14 +65,16 @@ class _Line:
 
 class ChatSession:
     __slots__ = (
-        "catching", "client", "connects", "conv_id", "kicked", "last_read", "lookups",
-        "missed", "outbox", "printed", "receipts", "stalled", "uid", "up",
+        "catching", "client", "connects", "conv_id", "gone", "kicked", "last_read",
+        "lookups", "missed", "name", "outbox", "printed", "receipts", "stalled", "uid", "up",
     )  # fmt: skip
 
-    def __init__(self, client: Client, uid: int, conv_id: int) -> None:
+    def __init__(self, client: Client, uid: int, conv_id: int, name: str = "") -> None:
         self.client = client
         self.uid = uid
         self.conv_id = conv_id
+        self.name = name or f"conversation {conv_id}"  # 'group "crew"': what to call it
+        self.gone: str | None = None  # why we are no longer a member: the session ends
         self.last_read = 0
         self.printed: set[int] = set()  # seqs shown (history and live overlap at start)
         self.receipts = Receipts()
@@ -94,7 +98,9 @@ class ChatSession:
             self.lookups.add(task)
             task.add_done_callback(self.lookups.discard)
         if m.sender_uid == self.uid and m.msg_type == MsgType.TEXT:
-            self.receipts.own(m.seq, m.content.decode("utf-8", "replace"))
+            read = self.receipts.own(m.seq, m.content.decode("utf-8", "replace"))
+            if read is not None:
+                say(read)
 
     async def _show_download(self, seq: int, key: str) -> None:
         try:
@@ -162,6 +168,7 @@ class ChatSession:
 
     def _queue(self, text: str) -> None:
         line = _Line(text)
+        self._watch_link(idle=False)  # "lost" before the "(pending)" it explains
         if self.stalled or not self.client.connected:
             self._pending(line)
         self.outbox.put_nowait(line)
@@ -195,14 +202,18 @@ class ChatSession:
             sending.cancel()
             self.stalled = False
         self.printed.add(ack.seq)
-        self.receipts.own(ack.seq, line.text)
         if line.pending:
+            self._watch_link(idle=False)  # the reconnect that let it through, first
             say(f"(sent) {quote(line.text)}")
+        if (read := self.receipts.own(ack.seq, line.text)) is not None:
+            say(read)  # read before its ack reached us
 
     # -- incoming and the connection -----------------------------------------------------
 
     async def show_incoming(self) -> None:
-        while True:
+        """Show what arrives until the session ends, or until we are out of the
+        conversation (`gone`)."""
+        while self.gone is None:
             try:
                 frame = await self.client.next_event(WATCH_S)
             except TimeoutError:
@@ -216,6 +227,10 @@ class ChatSession:
     async def _show_event(self, frame: Event) -> None:
         if isinstance(frame, Push) and frame.conv_id == self.conv_id:
             self.show(frame)
+            if (why := removal(frame, self.uid, self.name)) is not None:
+                self.gone = why  # no READ: it would only be refused, not_member
+                say(f"* {why}; leaving")
+                return
             await self.mark_read(frame.seq)
         elif isinstance(frame, ReadNotify) and frame.conv_id == self.conv_id:
             if frame.reader_uid != self.uid:

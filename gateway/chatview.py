@@ -94,31 +94,63 @@ def quote(text: str) -> str:
     return f'"{line if len(line) <= QUOTE_CHARS else line[: QUOTE_CHARS - 1] + "…"}"'
 
 
+def removal(m: Push | MsgRecord, uid: int, name: str) -> str | None:
+    """What to tell `uid` when message `m` takes it out of the conversation `name`
+    (a system message: removed by the owner, or left from another of its devices);
+    None for any other message."""
+    if m.msg_type != MsgType.SYSTEM:
+        return None
+    try:
+        ev = msgpack.unpackb(m.content, raw=False)
+        event, by, uids = ev.get("event"), ev.get("by"), ev.get("uids")
+    except Exception:
+        return None
+    if not isinstance(uids, list) or uid not in uids:
+        return None
+    if event == "removed":
+        return f"you were removed from {name} by {by}"
+    if event == "left":
+        return f"you left {name} (from another window or device)"
+    return None
+
+
 class Receipts:
     """Who has read which of your messages: READ_NOTIFY says "uid read up to seq";
-    this turns it into "read by 3, 4: <your latest message they have read>"."""
+    this turns it into "read by 3: <your latest message 3 has read>", each reader once
+    per message of yours. A READ_NOTIFY may overtake the ack of the message it reads
+    (another member reads it off its PUSH first): the reader's position is kept, and
+    the line shows when the ack names the message (`own`)."""
 
-    __slots__ = ("_own", "_read")
+    __slots__ = ("_own", "_read", "_shown")
 
     def __init__(self) -> None:
         self._own: dict[int, str] = {}  # seq -> text of your messages, the latest ones
         self._read: dict[int, int] = {}  # reader uid -> seq read up to
+        self._shown: dict[int, int] = {}  # reader uid -> your latest message shown read
 
-    def own(self, seq: int, text: str) -> None:
+    def own(self, seq: int, text: str) -> str | None:
+        """Your message `seq` is stored (its ack, or it came from another device of
+        yours); the line to show for those who have read it already, or None."""
         self._own[seq] = text
         if len(self._own) > OWN_KEPT:
             del self._own[min(self._own)]
+        readers = sorted(r for r, upto in self._read.items() if upto >= seq > self._shown.get(r, 0))
+        for r in readers:
+            self._shown[r] = seq
+        return self._line(readers, seq) if readers and seq in self._own else None
 
     def read(self, reader: int, seq: int) -> str | None:
         """The line to show when `reader` has read up to `seq`; None when that reaches
-        none of your messages it had not read before."""
-        before = self._read.get(reader, 0)
-        if seq <= before:
+        none of your messages not shown read by it before."""
+        if seq <= self._read.get(reader, 0):
             return None
         self._read[reader] = seq
-        newly = [s for s in self._own if before < s <= seq]
+        shown = self._shown.get(reader, 0)
+        newly = [s for s in self._own if shown < s <= seq]
         if not newly:
             return None
-        latest = max(newly)
-        readers = sorted(uid for uid, upto in self._read.items() if upto >= latest)
-        return f"(read by {', '.join(map(str, readers))}: {quote(self._own[latest])})"
+        latest = self._shown[reader] = max(newly)
+        return self._line([reader], latest)
+
+    def _line(self, readers: list[int], seq: int) -> str:
+        return f"(read by {', '.join(map(str, readers))}: {quote(self._own[seq])})"

@@ -16,6 +16,9 @@ import pytest
 from gateway.client import Client
 from gateway.server import Server
 from tests.conftest import StartGateway
+from tests.support.api import TOKEN as API_TOKEN
+from tests.support.api import Api
+from tests.support.proc import free_port
 from tests.support.tcpproxy import TcpProxy
 from tests.support.wire import TOKEN_KEY, token
 
@@ -138,7 +141,7 @@ async def test_a_group_as_its_creator_and_its_members_see_it(gw: Server) -> None
             await m22.read(conv_id, msgs[-1].seq)
             await creator.until('(read by 22: "hi crew")')
             await m23.read(conv_id, msgs[-1].seq)
-            await creator.until('(read by 22, 23: "hi crew")')
+            await creator.until('(read by 23: "hi crew")')  # each reader once
         async with chats(gw, ["--uid", "22", "--group", str(conv_id)]) as (member,):
             assert f'--- group "crew", conversation {conv_id} ' in member.lines[-1]
             assert await member.quit() == (0, "")
@@ -147,6 +150,8 @@ async def test_a_group_as_its_creator_and_its_members_see_it(gw: Server) -> None
     assert len(created) == 1, creator.lines
     assert created[0].endswith('* 21 created "crew" with 21, 22, 23')
     assert not any("read up to" in line for line in creator.lines)
+    receipts = [line for line in creator.lines if line.startswith("(read by")]
+    assert receipts == ['(read by 22: "hi crew")', '(read by 23: "hi crew")'], receipts
 
 
 async def test_a_window_on_websocket_chats_with_one_on_tcp(
@@ -208,7 +213,12 @@ async def test_a_lost_connection_is_shown_and_so_is_its_return(gw: Server) -> No
     finally:
         await chat.kill()
         await proxy.close()
-    after = chat.lines[chat.lines.index("* reconnected to test-node; catching up") :]
+    back = chat.lines.index("* reconnected to test-node; catching up")
+    assert chat.lines.index('(sent) "typed while down"') > back, chat.lines
+    assert chat.lines.index("* connection to the gateway lost; reconnecting") < chat.lines.index(
+        '(pending) "typed while down": sent once the gateway acks it'
+    )
+    after = chat.lines[back:]
     missed = [line.split("] ", 1)[1] for line in after if line.startswith("[")]
     assert missed == ["52: missed one", "52: missed two"]
     assert after.index("* back: 2 missed messages caught up") > max(
@@ -243,3 +253,18 @@ async def test_send_a_file_and_get_its_download_url(
         await sender.type(f"/send {tmp_path / 'missing.png'}")
         await sender.until("! not sent: ")
         assert await sender.quit() == (0, "")
+
+
+async def test_removed_from_a_group_it_says_so_and_leaves(start_gateway: StartGateway) -> None:
+    port = free_port()
+    gw = await start_gateway(admin_port=port, admin_token=API_TOKEN)
+    api = Api(port)
+    group = {"owner_uid": 71, "title": "crew", "uids": [72]}
+    conv_id = (await api.ok("POST", "groups", group))["conv_id"]
+    async with chats(gw, ["--uid", "72", "--group", str(conv_id)]) as (member,):
+        await api.ok("POST", f"conversations/{conv_id}/members", {"remove": [72]})
+        await member.until('* you were removed from group "crew" by 71')
+        out, err = await asyncio.wait_for(member.proc.communicate(), WAIT_S)  # leaves itself
+        member.lines += out.decode().splitlines()
+    assert (member.proc.returncode, err.decode()) == (0, "")
+    assert not any("server error" in line for line in member.lines), member.lines
