@@ -246,20 +246,46 @@ async def _check_meta(cur: Cursor, settings: MySQLSettings) -> None:
             raise ValueError("the database schema is newer than this imgw: upgrade imgw")
 
 
+async def _tables(cur: Cursor, database: str) -> set[str]:
+    await cur.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema=%s", (database,)
+    )
+    return {str(name) for (name,) in await cur.fetchall()}
+
+
 async def _create(
-    cur: Cursor, settings: MySQLSettings, shards: Sequence[int], *, meta: bool
+    cur: Cursor,
+    settings: MySQLSettings,
+    shards: Sequence[int],
+    *,
+    meta: bool,
+    existed: set[str] | None = None,
 ) -> list[str]:
-    """Create (or upgrade) one server's database and tables; what it did."""
+    """Create (or upgrade) one server's database and tables; what it did, first how many
+    tables it created of those not in `existed` (default: the tables there now)."""
     done: list[str] = []
+    if existed is None:
+        existed = await _tables(cur, settings.database)
     await cur.execute("SET SESSION sql_notes = 0")  # no "already exists" warnings
     await cur.execute(
         f"CREATE DATABASE IF NOT EXISTS `{settings.database}` DEFAULT CHARACTER SET utf8mb4"
     )
     await cur.execute(f"USE `{settings.database}`")
     await _check_meta(cur, settings)
-    for stmt in ddl(shards, meta=meta):
+    statements = ddl(shards, meta=meta)
+    for stmt in statements:
         await cur.execute(stmt)
-    done.append(f"tables present ({len(shards)} message shards)")
+    names = [stmt.split("EXISTS", 1)[1].split()[0] for stmt in statements]
+    created = sum(name not in existed for name in names)
+    if not created:
+        done.append(f"tables present ({len(shards)} message shards)")
+    elif created == len(names):
+        done.append(f"created {created} tables ({len(shards)} message shards)")
+    else:
+        done.append(
+            f"created {created} tables, {len(names) - created} were present "
+            f"({len(shards)} message shards)"
+        )
     for table, column, definition in UPGRADES:
         if not meta and table in _META_ONLY:
             continue  # a shard server has no such table
@@ -330,11 +356,14 @@ async def migrate(settings: MySQLSettings, servers: Sequence[str] | None = None)
     conn = await _connect(settings)
     try:
         async with conn.cursor() as cur:
-            lines = await _create(cur, settings, [], meta=True)
+            existed = await _tables(cur, settings.database)  # before this migrate
+            lines = await _create(cur, settings, [], meta=True, existed=existed)
             done += lines[1:]  # columns added, if any
             ranges = await _settle_map(cur, settings, servers)
             if not ranges:  # a single server: every shard in the metadata database
-                lines = await _create(cur, settings, range(settings.shards), meta=True)
+                lines = await _create(
+                    cur, settings, range(settings.shards), meta=True, existed=existed
+                )
                 return done + lines[:1]
             owner = owners(ranges, settings.shards)
             for url in dict.fromkeys(owner):
@@ -342,7 +371,7 @@ async def migrate(settings: MySQLSettings, servers: Sequence[str] | None = None)
                 mine = [i for i, u in enumerate(owner) if u == url]
                 where = f"{s.host}:{s.port}/{s.database}"
                 if same_place(s, settings):
-                    lines = await _create(cur, settings, mine, meta=True)
+                    lines = await _create(cur, settings, mine, meta=True, existed=existed)
                 else:
                     lines = await _create_on(s, mine)
                 done += [f"{where}: {line}" for line in lines]
