@@ -50,6 +50,7 @@ from bench.send import SCENARIOS as SEND_SCENARIOS
 from bench.send import check as check_send
 from bench.wsclient import parse_ws_addr
 from gateway.hostport import split_host_port
+from gateway.redact import redact_argv, redact_url
 
 SCENARIOS = ("connect", "chat", "group", "storm", "offline")
 
@@ -291,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["empty_store"] = baseline
         result["volume_ratio"] = compare(args.scenario, baseline, result)
     result = {"scenario": args.scenario, **result}
-    result["command"] = ["imgw", "bench", *(argv if argv is not None else sys.argv[2:])]
+    given = argv if argv is not None else sys.argv[2:]
+    result["command"] = redact_argv(["imgw", "bench", *given])  # no password in results
     result["machine"] = {**machine_info(), "calibration": {"before": before, "after": after}}
     json_path.parent.mkdir(parents=True, exist_ok=True)
     if not args.no_charts:
@@ -324,8 +326,9 @@ def run_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     result: dict[str, Any] = {
         "transport": getattr(args, "transport", "tcp"),
         "gateway_workers": workers,
-        "backend": {"store": args.store or "embedded", "cache": args.cache or "memory://",
-                    "bus": args.bus or "local://"},
+        "backend": {"store": redact_url(args.store or "embedded"),
+                    "cache": redact_url(args.cache or "memory://"),
+                    "bus": redact_url(args.bus or "local://")},
     }  # fmt: skip
     status = 0
     started = time.monotonic()

@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from hdrh.histogram import HdrHistogram
 
 from bench.serve import ServeError, ServeProcess, free_port
+from gateway.redact import redact_url
 
 if TYPE_CHECKING:
     from bench.preload import Volume
@@ -443,6 +444,11 @@ def drop_redis_prefix(url: str) -> int:
     return asyncio.run(drop())
 
 
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def _with_query(url: str, **params: str) -> str:
     parts = urlsplit(url)
     query = dict(parse_qsl(parts.query))
@@ -558,11 +564,17 @@ class Gateway:
     def migrate(self, timeout: float) -> None:
         if not self.store.startswith("mysql://"):
             return  # the embedded store migrates itself
-        cmd = [sys.executable, "-m", "gateway.cli", "db", "migrate", "--store", self.store]
+        # the store by environment, the servers without their credentials (migrate takes
+        # --store's): no password on a command line
+        cmd = [sys.executable, "-m", "gateway.cli", "db", "migrate"]
         cmd += ["--shards", str(self.spec.shards)]
         if self.more_servers:
-            cmd += ["--servers", ",".join([self.store.split("?")[0], *self.more_servers])]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+            urls = [self.store.split("?")[0], *self.more_servers]
+            cmd += ["--servers", ",".join(map(_without_credentials, urls))]
+        env = {**os.environ, "IMGW_STORE": self.store}
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env
+        )
         if done.returncode != 0:
             raise BenchError(f"imgw db migrate failed: {done.stderr.strip() or done.stdout}")
         servers = f" over {1 + len(self.more_servers)} servers" if self.more_servers else ""
@@ -579,11 +591,12 @@ class Gateway:
 
     def start(self, timeout: float) -> None:
         spec = self.spec
+        # URLs and the key by environment: their secrets stay out of `ps`
+        env = {"IMGW_STORE": self.store, "IMGW_CACHE": self.cache, "IMGW_BUS": spec.bus,
+               "IMGW_TOKEN_KEYS": f"{self.kid}:{self.secret}"}  # fmt: skip
         args = [
             "--host", self.host, "--port", str(self.port),
-            "--store", self.store, "--cache", self.cache, "--bus", spec.bus,
             "--data-dir", str(self.workdir / "data"),
-            "--token-key", f"{self.kid}:{self.secret}",
             "--node-id", f"bench-{secrets.token_hex(2)}", "--log-level", "warning",
             "--admin-port", str(self.admin_port), "--workers", str(spec.workers),
             "--hb", str(spec.hb), "--idle", str(spec.idle),
@@ -591,8 +604,9 @@ class Gateway:
         ]  # fmt: skip
         # Its own session: a ^C here reaches the driver only, which then stops it.
         server = ServeProcess(
-            args, host=self.host, port=self.port, log_path=self.log_path, new_session=True
-        )
+            args, host=self.host, port=self.port, log_path=self.log_path, new_session=True,
+            env=env,
+        )  # fmt: skip
         self.server, self.exit_code = server, None
         want = spec.workers + 1 if spec.workers > 1 else 1
         try:
@@ -601,7 +615,8 @@ class Gateway:
             raise BenchError(str(e)) from None
         log(
             f"gateway pid {server.pid} ({spec.workers} worker(s)) on {self.host}:{self.port}; "
-            f"store {self.store}, cache {self.cache}, bus {spec.bus}"
+            f"store {redact_url(self.store)}, cache {redact_url(self.cache)}, "
+            f"bus {redact_url(spec.bus)}"
         )
 
     @property

@@ -22,6 +22,7 @@ from bench.cli import run_scenario
 from bench.common import log, machine_info, set_log_name
 from bench.preload import Volume
 from bench.send import CONNECT_CONCURRENCY, DRAIN_S, check
+from gateway.redact import redact_argv
 
 MARIADB: Final = "mysql://root:@127.0.0.1:3306/"
 IMGW_BENCH_ONLY: Final = (
@@ -171,7 +172,7 @@ def legacy_result(result: dict[str, Any], argv: list[str]) -> dict[str, Any]:
         "scenario": "send",
         **out,
         "machine": machine_info(),
-        "command": [sys.executable, "-m", "bench.send_bench", *argv],
+        "command": redact_argv([sys.executable, "-m", "bench.send_bench", *argv]),
     }
 
 

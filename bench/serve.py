@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from protocol.codec import encode
@@ -70,8 +70,11 @@ class ServeProcess:
         nofile: int | None = None,
         new_session: bool = False,
         cwd: Path | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.args = list(args)
+        # settings passed as IMGW_* variables: secrets there stay out of `ps`
+        self.env = dict(env or {})
         self.host, self.port = host, port
         self.log_path = log_path
         self.nofile = nofile  # the child's open-file limit (soft and hard)
@@ -87,6 +90,7 @@ class ServeProcess:
             self.proc = subprocess.Popen(
                 serve_command(*self.args), stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=self.new_session, cwd=self.cwd,
+                env={**os.environ, **self.env} if self.env else None,
                 preexec_fn=self._limits if self.nofile is not None else None,
             )  # fmt: skip
         deadline = time.monotonic() + timeout

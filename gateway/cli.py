@@ -22,6 +22,7 @@ from gateway import dbprune
 from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
 from gateway.hostport import split_host_port
 from gateway.listen import BACKLOG, bind_listener
+from gateway.redact import config_secrets, redact_text, remember, url_secrets
 from protocol.token import DEVICE_RE, KID_RE, sign_token
 
 if TYPE_CHECKING:
@@ -218,21 +219,18 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
+        remember(config_secrets(cfg))  # masked in what it prints and logs from now on
         if not cfg.token_keys:
             if not is_loopback(cfg.host):
                 raise ConfigError(
                     f"no token keys and host {cfg.host} is not loopback: pass --token-key "
                     "KID:SECRET or set IMGW_TOKEN_KEYS"
                 )
-            print(
-                f"imgw: no --token-key given; using the development key {DEV_KEY!r} "
-                "(loopback only, never for production)",
-                file=sys.stderr,
-            )
+            _warn_dev_key(cfg)
             cfg = dataclasses.replace(cfg, token_keys=(DEV_KEY,))
         cfg.validate()
     except ConfigError as e:
-        print(f"imgw serve: {e}", file=sys.stderr)
+        print(f"imgw serve: {redact_text(str(e))}", file=sys.stderr)
         return 2
     if cfg.workers > 1:
         from gateway.supervisor import supervise
@@ -248,6 +246,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.server import run
 
     return run(cfg, listener=listener)
+
+
+def _warn_dev_key(cfg: Config) -> None:
+    """Say that the development key is in use, as a log line in the configured format
+    (a JSON line under log-format = "json")."""
+    import structlog
+
+    from gateway.logs import configure
+
+    configure(cfg.log_format, cfg.log_level)
+    structlog.get_logger("imgw").warning(
+        "no --token-key given; using the development key (loopback only, never for production)",
+        key=DEV_KEY,
+    )
 
 
 def _usage_error(command: str, problem: str | None) -> int:
@@ -396,11 +408,12 @@ def _mysql_settings(args: argparse.Namespace, action: str) -> MySQLSettings | No
 
     try:
         url = args.store or load(config_file=args.config).store_url()
+        remember(url_secrets(url))  # masked in what the command prints
         if not url.startswith("mysql://"):
             raise ValueError("pass --store mysql://user:password@host:3306/database")
         return MySQLSettings.from_url(url)
     except ValueError as e:  # ConfigError included
-        print(f"imgw db {action}: {e}", file=sys.stderr)
+        print(f"imgw db {action}: {redact_text(str(e))}", file=sys.stderr)
         return None
 
 
@@ -416,9 +429,9 @@ def cmd_db_status(args: argparse.Namespace) -> int:
     try:
         lines, ok = asyncio.run(status(settings))
     except (ValueError, StoreUnavailable) as e:
-        print(f"imgw db status: {e}", file=sys.stderr)
+        print(f"imgw db status: {redact_text(str(e))}", file=sys.stderr)
         return 1
-    print("\n".join(lines))
+    print("\n".join(map(redact_text, lines)))
     return 0 if ok else 1
 
 
@@ -567,8 +580,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev_kid, dev_secret = DEV_KEY.split(":", 1)
     token = sub.add_parser("token", help=COMMAND_HELP["token"])
-    token.add_argument("--uid", type=int, required=True)
-    token.add_argument("--device", required=True)
+    token.add_argument("--uid", type=int, required=True, help="the user the token logs in")
+    token.add_argument(
+        "--device", required=True,
+        help="the device it logs in as, [A-Za-z0-9_-]{1,32} (a second login of one uid "
+        "and device logs the first out)",
+    )  # fmt: skip
     token.add_argument("--kid", default=dev_kid, help=f"key id (default {dev_kid})")
     token.add_argument("--secret", default=dev_secret, help="signing secret (default: dev key)")
     token.add_argument(
@@ -664,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument(
         "--admin", metavar="HOST:PORT", required=True, help="a node's admin address"
     )
-    revoke.add_argument("--uid", type=int, required=True)
+    revoke.add_argument("--uid", type=int, required=True, help="the user whose tokens to refuse")
     revoke.add_argument("--device", help="only this device (default: all of them)")
     revoke.add_argument("--admin-token", help="the node's admin token (env IMGW_ADMIN_TOKEN)")
     revoke.set_defaults(command_parser=revoke, func=cmd_revoke)
@@ -696,6 +713,10 @@ def _unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:
+        from gateway.cmdline import hide_secrets
+
+        hide_secrets()  # ps shows --store mysql://user:***@... from here on
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
         print(f"imgw: unknown option {argv[0]}\n" if argv else "", end="", file=sys.stderr)
