@@ -580,11 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev_kid, dev_secret = DEV_KEY.split(":", 1)
     token = sub.add_parser("token", help=COMMAND_HELP["token"])
-    token.add_argument("--uid", type=int, required=True, help="the user the token logs in")
+    token.add_argument("--uid", type=int, required=True, help="user id the token is for")
     token.add_argument(
         "--device", required=True,
-        help="the device it logs in as, [A-Za-z0-9_-]{1,32} (a second login of one uid "
-        "and device logs the first out)",
+        help="device name, [A-Za-z0-9_-]{1,32}; a second login with the same uid and "
+        "device logs the first one out",
     )  # fmt: skip
     token.add_argument("--kid", default=dev_kid, help=f"key id (default {dev_kid})")
     token.add_argument("--secret", default=dev_secret, help="signing secret (default: dev key)")
@@ -681,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument(
         "--admin", metavar="HOST:PORT", required=True, help="a node's admin address"
     )
-    revoke.add_argument("--uid", type=int, required=True, help="the user whose tokens to refuse")
+    revoke.add_argument("--uid", type=int, required=True, help="user id whose tokens are refused")
     revoke.add_argument("--device", help="only this device (default: all of them)")
     revoke.add_argument("--admin-token", help="the node's admin token (env IMGW_ADMIN_TOKEN)")
     revoke.set_defaults(command_parser=revoke, func=cmd_revoke)
