@@ -4,11 +4,12 @@ workers) can live in one process."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gateway.redact import redact_text
 from storage.ports import Bus
 
 if TYPE_CHECKING:
@@ -21,6 +22,14 @@ _BUS_COUNTERS: Final = (
     ("dead_lettered", "Bus envelopes this node could not handle"),
     ("outages", "Times the bus link went down"),
 )
+
+
+class HandshakeCounts(Protocol):
+    """TLS handshakes (gateway.tls.HandshakeStats): completed, and failed by reason."""
+
+    completed: int
+    failed: dict[str, int]
+
 
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -136,12 +145,26 @@ class Metrics:
         imgw_notify_oldest_age_seconds."""
         self.registry.register(_NotifyCollector(notifier))
 
+    def watch_tls(self, handshakes: HandshakeCounts, not_after: float | None) -> None:
+        """With --tls-cert (gateway/tls.py): the handshake counters, and when the served
+        certificate expires (only a node with TLS has them, so an alert on the expiry
+        never fires for one without)."""
+        self.registry.register(_TlsCollector(handshakes))
+        if not_after is not None:
+            Gauge(
+                "imgw_tls_certificate_expiry_timestamp_seconds",
+                "When the served TLS certificate expires (Unix time)",
+                registry=self.registry,
+            ).set(not_after)
+
     def observe_batch(self, size: int, seconds: float) -> None:
         self.batch_size.observe(size)
         self.commit_seconds.observe(seconds)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition, with any secret masked (gateway.redact: labels are built from
+        names and error texts, never meant to carry one)."""
+        return redact_text(generate_latest(self.registry).decode()).encode()
 
 
 class _BusCollector:
@@ -177,6 +200,29 @@ class _NotifyCollector:
         )
         oldest.add_metric([], self._notifier.oldest_age_s)
         yield oldest
+
+
+class _TlsCollector:
+    def __init__(self, handshakes: HandshakeCounts) -> None:
+        self._handshakes = handshakes
+
+    def collect(self) -> Iterator[Metric]:
+        done = CounterMetricFamily(
+            "imgw_tls_handshakes", "TLS handshakes completed on the client ports"
+        )
+        done.add_metric([], self._handshakes.completed)
+        yield done
+        failed = CounterMetricFamily(
+            "imgw_tls_handshake_failures",
+            "TLS handshakes that failed, by the TLS library's reason (wrong_version_number: "
+            "plain text on the TLS port; tlsv1_alert_unknown_ca: the client does not trust "
+            "the certificate; sslv3_alert_bad_certificate: it names another host) or "
+            "abandoned (the peer started one and closed or went silent)",
+            labels=["reason"],
+        )
+        for reason, n in sorted(self._handshakes.failed.items()):
+            failed.add_metric([reason], n)
+        yield failed
 
 
 class _RecentCollector:

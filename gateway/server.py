@@ -44,10 +44,13 @@ from gateway.logs import configure
 from gateway.media import Media
 from gateway.mediahttp import MediaHttpServer
 from gateway.node import PACE_STEP_S, Node, due_by
+from gateway.periodic import Periodic
+from gateway.redact import config_secrets, redact_url, remember
+from gateway.tls import CHECK_EVERY_S, CertificateWatch, summary
 from gateway.websocket import WS_PATH, WsPolicy, WsTransport, load_pages
 from protocol.ops import KickReason
 from storage.errors import BackendUnavailable
-from storage.factory import BackendError, Backends, open_backends
+from storage.factory import Backends, open_backends
 from storage.redis.lease import WorkerIdLease
 from storage.snowflake import Snowflake
 
@@ -84,6 +87,9 @@ class Server:
         self.ws_url = ""  # ws://host:port/ws once it listens
         self._admin: AdminServer | None = None
         self.media_http: MediaHttpServer | None = None  # --media-listen
+        self.media_base = ""  # the signed URLs' base, when media_http serves them
+        self.cert_watch: CertificateWatch | None = None  # with --tls-cert
+        self._cert_checks: Periodic | None = None
         self._lease: WorkerIdLease | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._drain_task: asyncio.Task[None] | None = None  # an admin drain
@@ -115,6 +121,7 @@ class Server:
 
     async def _start(self) -> None:
         cfg = self.config
+        remember(config_secrets(cfg))  # masked in every log line from now on
         nofile = raise_nofile()
         node_id = cfg.node_id or default_node_id()
         if cfg.cache.startswith(REDIS_URLS):
@@ -148,6 +155,9 @@ class Server:
             await self._bind_admin(self._admin)
         loop = asyncio.get_running_loop()
         tls = cfg.tls_context()
+        if tls is not None:
+            self.cert_watch = CertificateWatch(cfg.tls_cert, self.log, node.metrics)
+            self.cert_watch.serve(tls)
         # The socket bound before the backends (take what waits in it), else bind now.
         listener = self._listener
         bare = cfg.client_transport == "fd" and tls is None
@@ -177,15 +187,34 @@ class Server:
             )
         if cfg.ws_listen:
             await self._start_ws(node, tls)
+        if self.cert_watch is not None:
+            self.cert_watch.started()
+            self._cert_checks = Periodic(
+                CHECK_EVERY_S, self.cert_watch.check_async, log=self.log,
+                failed="TLS certificate check failed",
+            )  # fmt: skip
+            self._cert_checks.start()
+        self._report_listening()
+
+    def _report_listening(self) -> None:
+        """The start's summary: where clients connect, on which backends and with which
+        features, every URL without its credentials (gateway.redact)."""
+        cfg, node = self.config, self.node
+        assert node is not None
         self.log.info(
             "imgw listening",
             host=cfg.host,
             port=self.port,
+            tls=summary(self.cert_watch.info) if self.cert_watch is not None else None,
             ws=self.ws_url or None,
             node=node.node_id,
-            store=cfg.store_url(),
-            cache=cfg.cache,
-            bus=cfg.bus,
+            store=redact_url(cfg.store_url()),
+            cache=redact_url(cfg.cache),
+            bus=redact_url(cfg.bus),
+            media=redact_url(cfg.media) or None,
+            media_urls=self.media_base or None,
+            notify=redact_url(cfg.notify_url) or None,
+            check=redact_url(cfg.check_url) or None,
             admin_port=cfg.admin_port or None,
         )
 
@@ -281,7 +310,12 @@ class Server:
                     base=public,
                 )
             media.objects.base_url = lambda: public
-        self.log.info("media by object key", media=cfg.media, listen=cfg.media_listen or None)
+            self.media_base = public
+        if isinstance(media.objects, FileObjects):
+            remember([media.objects.secret.decode(errors="replace")])  # maybe generated
+        self.log.info(
+            "media by object key", media=redact_url(cfg.media), listen=cfg.media_listen or None
+        )
 
     async def _lease_worker_id(self, node_id: str) -> None:
         from storage.redis import redis_from_url
@@ -454,6 +488,8 @@ class Server:
         finally:
             # Whatever failed above, the backends are closed and the process can exit.
             node.close()
+            if self._cert_checks is not None:
+                self._cert_checks.stop()
             assert self.backends is not None
             closers = [self.backends.bus.close, self.backends.routes.close,
                        self.backends.store.close, self._end_lease]  # fmt: skip
@@ -488,7 +524,9 @@ def run(config: Config, *, reuse_port: bool = False, listener: socket.socket | N
             loop.add_signal_handler(sig, stop.set)
         try:
             await server.start()
-        except (BackendUnavailable, BackendError, OSError) as e:
+        except (BackendUnavailable, OSError, ValueError) as e:
+            # ValueError: a URL or file the config could not check (BackendError, a media
+            # URL's options, the TLS certificate): said in one line, not a traceback
             structlog.get_logger("imgw").error("cannot start", error=str(e))
             if server.backends is not None:
                 await server.backends.store.close()

@@ -26,6 +26,7 @@ Exception tree::
 
     ClientError                .code: the server's ERROR code, 0 for local failures
     ├── ConnectionLost         the connection dropped (or is down) before the reply
+    │   ├── TlsMismatch        TLS and the server disagree, said how (link)
     │   └── SessionEnded       the session is over: closed, logged out, or a KICK that
     │                          does not reconnect (.kick holds it)
     └── RequestTimeout         no reply within request_timeout (also a TimeoutError)

@@ -1,14 +1,25 @@
 """Gateway endpoints and one logged-in connection (`Link`): TCP to a (host, port)
-address, or WebSocket to a ``ws://`` or ``wss://`` URL (gateway/client/wsstream.py)."""
+address, or WebSocket to a ``ws://`` or ``wss://`` URL (gateway/client/wsstream.py).
+
+When TLS and the server disagree, `open_link` says how (`TlsMismatch`) instead of
+passing on the TLS library's words: a certificate that names other hosts ("the
+certificate does not name 127.0.0.1 (it names localhost)": it reads the names from a
+second, unverified handshake), a TLS client on a plain port, a plain client on a TLS
+port (a plain LOGIN closed without an answer: a TLS handshake with the port tells).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ssl
+import time
 from collections.abc import Sequence
 from typing import Final, Protocol
+from urllib.parse import urlsplit
 
+from gateway.certinfo import describe as describe_names
+from gateway.certinfo import parse_der
 from gateway.client.errors import ClientError, ConnectionLost
 from gateway.client.wsstream import WsStream, check_ws_url, is_ws_url
 from gateway.hostport import Address as Address
@@ -21,6 +32,19 @@ from protocol.frames import Error, Frame, Invalid, Kick, Login, LoginOk
 READ_CHUNK: Final = 65_536
 MAX_INBOUND_FRAME: Final = 64 << 20
 """The client's limit on a server frame: PULL pages may exceed the server's max_frame."""
+PROBE_TIMEOUT_S: Final = 2.0  # the second handshake that finds out what a TLS port serves
+# A plain port that closes at login (a node at its connection cap) is asked whether it
+# speaks TLS at most this often, so reconnecting clients do not double its load.
+PROBE_EVERY_S: Final = 60.0
+_probed: dict[Address, float] = {}
+# OpenSSL's verify codes for a certificate that does not name the host connected to
+_NAME_MISMATCH: Final = frozenset({62, 64})  # X509_V_ERR_HOSTNAME_MISMATCH, IP_ADDRESS_
+# ... and for one whose issuer is not trusted (self-signed, unknown CA)
+_UNTRUSTED: Final = frozenset({18, 19, 20, 21})
+
+
+class TlsMismatch(ConnectionLost):
+    """TLS and the server disagree (the text says how); connecting again will not help."""
 
 
 Endpoint = Address | str
@@ -110,10 +134,16 @@ async def open_link(
     """
     reader: StreamIn
     writer: StreamOut
-    if isinstance(addr, str):
-        reader = writer = await WsStream.open(addr, tls=tls, max_size=MAX_INBOUND_FRAME)
-    else:
-        reader, writer = await asyncio.open_connection(*addr, ssl=tls)
+    try:
+        if isinstance(addr, str):
+            reader = writer = await WsStream.open(addr, tls=tls, max_size=MAX_INBOUND_FRAME)
+        else:
+            reader, writer = await asyncio.open_connection(*addr, ssl=tls)
+    except ssl.SSLError as e:
+        problem = await _tls_problem(addr, e)
+        if problem is None:
+            raise
+        raise problem from e
     try:
         decoder = FrameDecoder(max_frame=MAX_INBOUND_FRAME, side=Side.CLIENT)
         writer.write(encode(login) + then)
@@ -121,6 +151,11 @@ async def open_link(
         while not frames:
             data = await reader.read(READ_CHUNK)
             if not data:
+                if tls is None and await speaks_tls(addr):
+                    raise TlsMismatch(
+                        f"{describe(addr)} closed the connection at login: this port "
+                        "speaks TLS: add --tls"
+                    )
                 raise ConnectionLost(f"{describe(addr)} closed the connection at login")
             try:
                 frames = decoder.feed(data)
@@ -137,3 +172,77 @@ async def open_link(
             await writer.wait_closed()
         raise
     return Link(addr, reader, writer, decoder, first, frames[1:])
+
+
+def _host_port(addr: Endpoint) -> tuple[str, int]:
+    if isinstance(addr, str):
+        url = urlsplit(addr)
+        return url.hostname or "", url.port or (443 if url.scheme == "wss" else 80)
+    return addr
+
+
+async def _tls_problem(addr: Endpoint, error: ssl.SSLError) -> TlsMismatch | None:
+    """What a TLS error at connect means, in words; None: the error says it best."""
+    host, _ = _host_port(addr)
+    if isinstance(error, ssl.SSLCertVerificationError):
+        if error.verify_code in _NAME_MISMATCH:
+            names = await served_names(addr)
+            seen = f" (it names {names})" if names else ""
+            return TlsMismatch(f"the certificate does not name {host}{seen}")
+        if error.verify_code in _UNTRUSTED:
+            return TlsMismatch(
+                f"the certificate is not trusted ({error.verify_message}; "
+                "CERTIFICATE_VERIFY_FAILED): trust it, or the CA that signed it, with --ca PEM"
+            )
+    if getattr(error, "reason", None) == "WRONG_VERSION_NUMBER":
+        return TlsMismatch(
+            f"{describe(addr)} answered in plain text: this port does not speak TLS; drop --tls"
+        )
+    return None
+
+
+def _unverified() -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+async def served_names(addr: Endpoint) -> str:
+    """The names in the certificate `addr` serves ("localhost, 127.0.0.1"), from a
+    handshake that verifies nothing (only to say so in an error); "" when that fails."""
+    host, port = _host_port(addr)
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(
+                host, port, ssl=_unverified(), server_hostname=host
+            )
+    except (OSError, TimeoutError):
+        return ""
+    try:
+        sslobj = writer.get_extra_info("ssl_object")
+        der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+        return describe_names(parse_der(der)) if der else ""
+    except ValueError:
+        return ""
+    finally:
+        writer.transport.abort()
+
+
+async def speaks_tls(addr: Endpoint) -> bool:
+    """Whether `addr` completes a TLS handshake (a plain client was shut out of a TLS
+    port); asked after a LOGIN closed without an answer, at most every PROBE_EVERY_S
+    per address (False meanwhile)."""
+    if isinstance(addr, str):
+        return False
+    now = time.monotonic()
+    if now - _probed.get(addr, -PROBE_EVERY_S) < PROBE_EVERY_S:
+        return False
+    _probed[addr] = now
+    try:
+        async with asyncio.timeout(PROBE_TIMEOUT_S):
+            _, writer = await asyncio.open_connection(*addr, ssl=_unverified())
+    except (OSError, TimeoutError):
+        return False
+    writer.transport.abort()
+    return True
