@@ -21,7 +21,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -185,21 +185,45 @@ async def _status(args: argparse.Namespace, store_url: str) -> int:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True))
         return 0
-    oldest = (
-        "none"
-        if st.oldest_hot_ms is None
-        else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(st.oldest_hot_ms / 1000))
-    )
+    oldest = "none" if st.oldest_hot_ms is None else utc_text(st.oldest_hot_ms)
     print(f"hot:     {st.hot_rows} rows, {st.hot_bytes} bytes, oldest message {oldest}")
     print(
         f"archive: {st.archived_rows} rows, {st.archived_bytes} bytes in "
         f"{st.archived_files} files of {st.archived_conversations} conversations"
     )
-    if st.last_run:
-        print("last run: " + ", ".join(f"{k}={v}" for k, v in sorted(st.last_run.items())))
-    else:
-        print("last run: never")
+    print("last run: " + (last_run_text(st.last_run) if st.last_run else "never"))
     return 0
+
+
+def utc_text(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def age_text(ms: int) -> str:
+    """Milliseconds as `parse_age` reads them, in the largest unit that divides them."""
+    for unit in ("d", "h", "m", "s"):
+        if ms and ms % _UNITS[unit] == 0:
+            return f"{ms // _UNITS[unit]}{unit}"
+    return f"{ms}ms" if ms else "0s"
+
+
+def last_run_text(fields: Mapping[str, str]) -> str:
+    """The last run's record for people: its start and end as times and how long it took,
+    ages as `parse_age` reads them (`--older-than 30d`), then the rest as key=value."""
+    rest = dict(fields)
+    started, finished = rest.pop("started_ms", ""), rest.pop("finished_ms", "")
+    head = []
+    if started.isdigit():
+        head.append(f"started {utc_text(int(started))}")
+    if finished.isdigit():
+        took = f" (took {(int(finished) - int(started)) / 1000:.1f} s)" if started.isdigit() else ""
+        head.append(f"finished {utc_text(int(finished))}{took}")
+    parts = []
+    for key, value in sorted(rest.items()):
+        if key.endswith("_ms") and value.isdigit():
+            key, value = key.removesuffix("_ms"), age_text(int(value))
+        parts.append(f"{key}={value}")
+    return ", ".join(head + parts)
 
 
 def main(argv: Sequence[str]) -> int:
