@@ -1,11 +1,11 @@
 """Signed URLs of a `file://` media root, served by the gateway's media listener
 (gateway/mediahttp.py): pure functions, no I/O.
 
-A URL names the method, the key, an expiry (Unix seconds) and, for an upload, the size
-and content type the upload must have; `sig` is the unpadded base64url HMAC-SHA256 of
-`METHOD\\nkey\\nexp\\nsize\\ntype` under the media secret. Verification is in constant
-time; an expired, tampered or foreign URL raises `SignatureError` (its reason is for the
-log, never for the peer).
+A URL names the method, the key, an expiry (Unix seconds), the content type and, for an
+upload, the size the upload must have (a download's URL has no `size`: it signs 0);
+`sig` is the unpadded base64url HMAC-SHA256 of `METHOD\\nkey\\nexp\\nsize\\ntype` under
+the media secret. Verification is in constant time; an expired, tampered or foreign URL
+raises `SignatureError` (its reason is for the log, never for the peer).
 """
 
 from __future__ import annotations
@@ -47,8 +47,12 @@ def _mac(secret: bytes, g: Grant) -> str:
 
 
 def signed_path(secret: bytes, g: Grant) -> str:
-    """`/<key>?exp=..&size=..&type=..&sig=..`: append it to the listener's base URL."""
-    query = {"exp": g.exp, "size": g.size, "type": g.content_type, "sig": _mac(secret, g)}
+    """`/<key>?exp=..&size=..&type=..&sig=..` (no `size` when it is 0: a download):
+    append it to the listener's base URL."""
+    query: dict[str, str | int] = {"exp": g.exp, "size": g.size}
+    if not g.size:
+        del query["size"]
+    query.update(type=g.content_type, sig=_mac(secret, g))
     return f"/{quote(g.key)}?{urlencode(query)}"
 
 
@@ -60,7 +64,7 @@ def verify(secret: bytes, method: str, path: str, query: str, now_s: float) -> G
             method,
             path.lstrip("/"),
             int(params["exp"]),
-            int(params["size"]),
+            int(params.get("size", "0")),
             params["type"],
         )
         sig = params["sig"]

@@ -31,6 +31,18 @@ def test_a_signed_url_verifies_to_its_grant() -> None:
     assert verify(SECRET, "GET", *_split(signed_path(SECRET, get)), NOW + 60) == get
 
 
+def test_a_download_url_carries_no_size() -> None:
+    """A GET URL names no size (it has none: the object's is what it is), yet a URL of
+    a download that names one, 0, still verifies."""
+    grant = Grant("GET", KEY, NOW + 60, 0, "image/png")
+    path, query = _split(signed_path(SECRET, grant))
+    assert "size" not in dict(parse_qsl(query))
+    with_size = urlencode({**dict(parse_qsl(query)), "size": "0"})
+    assert verify(SECRET, "GET", path, with_size, NOW) == grant
+    put = Grant("PUT", KEY, NOW + 60, 10, "image/png")
+    assert dict(parse_qsl(_split(signed_path(SECRET, put))[1]))["size"] == "10"
+
+
 def test_an_expired_url_is_refused() -> None:
     path, query = _split(signed_path(SECRET, Grant("GET", KEY, NOW, 0, "image/png")))
     with pytest.raises(SignatureError) as e:
