@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import fcntl
+import sys
+import termios
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Final, Protocol, cast
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
 _PING: Final = encode(Ping())
 _PONG: Final = encode(Pong())
 CLOSE_GRACE_S: Final = 5.0  # a closing socket that has not flushed by then is aborted
+MIN_READ_RATE: Final = 1024  # bytes/s: a peer this slow still gets its last frames
+MAX_CLOSE_GRACE_S: Final = 300.0
 LOGIN_WORK_FACTOR: Final = 3  # a received LOGIN's time to complete, in login_timeouts
 CORK_MAX_S: Final = 0.2  # the longest send_ahead holds a frame for the next answer
 # Over its op budget, a connection is not read for this long (TCP slows the client), so
@@ -51,6 +56,18 @@ OVER_BUDGET_PAUSE_S: Final = 0.5
 _UNBUDGETED: Final = frozenset({Ping, Send, Login, Logout})  # SEND has its own limit
 _OVER_BUDGET: Final = "too many requests; slow down"
 _NO_CAPS: Final[frozenset[str]] = frozenset()
+
+
+def _kernel_queued(transport: asyncio.Transport) -> int:
+    """Bytes in the socket's send queue (SIOCOUTQ), 0 where unknown."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    except (OSError, ValueError):
+        return 0
+    return int.from_bytes(buf, sys.byteorder)
 
 
 class Backlog:
@@ -497,6 +514,14 @@ class Connection(asyncio.Protocol):
 
     def kick(self, reason: KickReason, text: str = "", reconnect_hint: str = "") -> None:
         self.node.metrics.kicks.labels(reason=reason.name.lower()).inc()
+        transport = self.transport
+        if reason == KickReason.SLOW_CONSUMER and transport is not None:
+            # What the transport has not begun to write goes too, so that the KICK is
+            # right behind the frame on its way (a bare fd's transport can; uvloop's
+            # keeps its buffer, whole frames up to about its high-water mark).
+            drop = getattr(transport, "drop_unsent", None)
+            if drop is not None and self.state < State.CLOSING:
+                drop()
         self._close_with(encode(Kick(int(reason), text, reconnect_hint)))
 
     def close(self) -> None:
@@ -514,9 +539,22 @@ class Connection(asyncio.Protocol):
             transport.write(ahead)  # a LOGIN_OK held back: it came first
         if last is not None:
             transport.write(last)
-        transport.close()
+        queued = transport.get_write_buffer_size()
+        if getattr(transport, "lingers", False) or not transport.can_write_eof():
+            transport.close()  # a bare fd's transport lingers by itself (fdtransport.py)
+        else:
+            # Closing a socket the peer still writes to (a PING behind the frames it has
+            # not read) answers it with a reset, and the peer's kernel then drops what
+            # it had not read yet: our last frames. So: FIN after our last byte, and
+            # the socket closes when the peer closes its side (or at the deadline).
+            queued += _kernel_queued(transport)
+            transport.write_eof()
+            transport.resume_reading()  # its EOF; what else comes is not looked at
         self.node.closing(self, was_active=was == State.ACTIVE)
-        self.phase_deadline = self.node.loop.time() + CLOSE_GRACE_S
+        # The peer has CLOSE_GRACE_S to take our last bytes, or longer for more of them
+        # at MIN_READ_RATE (what is queued before a slow consumer's KICK).
+        grace = min(MAX_CLOSE_GRACE_S, max(CLOSE_GRACE_S, queued / MIN_READ_RATE))
+        self.phase_deadline = self.node.loop.time() + grace
         self.timer_at = 0.0
         self.node.wheel.schedule(self, self.phase_deadline)
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
 import socket
 import sys
+import termios
 from collections.abc import Callable
 from typing import Any, Final, cast
 
@@ -51,6 +53,8 @@ _VIEW: Final = memoryview(_BUF)
 _READING: Final = 1  # watched with add_reader
 _CLOSING: Final = 2  # close() or abort() called, or a socket error
 _PAUSED: Final = 4  # pause_writing called, resume_writing not yet
+_EOF: Final = 8  # the peer closed its side
+_ABORTED: Final = 16  # abort() or a socket error: no goodbye
 
 
 class FdTransport:
@@ -60,6 +64,7 @@ class FdTransport:
     idle connection owns no list)."""
 
     __slots__ = ("_fd", "_flags", "_out", "_protocol")
+    lingers: Final = True  # close() shuts down, then waits for the peer's close (_linger)
 
     def __init__(self, fd: int, protocol: asyncio.Protocol) -> None:
         self._fd = fd
@@ -116,6 +121,13 @@ class FdTransport:
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
 
+    def drop_unsent(self) -> None:
+        """Drop what waits to be written but the rest of a write already begun: each
+        write() is whole frames, so what stays ends on a frame boundary (a slow
+        consumer's KICK goes right behind it)."""
+        if self._out is not None and len(self._out) > 1:
+            del self._out[1:]
+
     def pause_reading(self) -> None:
         if self._flags & _READING:
             self._flags &= ~_READING
@@ -152,6 +164,7 @@ class FdTransport:
         """Drop what waits and close now (abort, or a socket error)."""
         if self._fd < 0:
             return
+        self._flags |= _ABORTED
         if not self._flags & _CLOSING:
             self._flags |= _CLOSING
             self.pause_reading()
@@ -170,8 +183,73 @@ class FdTransport:
             self._out = None
             loop.remove_writer(fd)
         self._fd = -1
-        os.close(fd)
+        if not self._flags & (_ABORTED | _EOF):
+            _linger(loop, fd)
+        else:
+            os.close(fd)
         self._protocol.connection_lost(exc)
+
+
+# A socket we close while the peer still sends (a PING to a connection it has not yet
+# read the KICK of) would answer with a reset, and a reset makes the peer's kernel drop
+# what it received and the client has not read: the last frames and the KICK. So a
+# closed connection is shut down for writing (FIN after the last byte) and read and
+# discarded until the peer closes too, for as long as the bytes still queued take at
+# LINGER_RATE, within LINGER_MIN_S..LINGER_MAX_S; then closed.
+LINGER_RATE: Final = 1024  # bytes/s: the slowest reader still owed its last frames
+LINGER_MIN_S: Final = 5.0
+LINGER_MAX_S: Final = 300.0
+LINGER_MAX: Final = 10_000  # sockets lingering at once; past that, closed at once
+_lingering: dict[int, asyncio.TimerHandle] = {}
+
+
+def _linger(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    if len(_lingering) >= LINGER_MAX:
+        os.close(fd)
+        return
+    try:
+        os.set_blocking(fd, False)
+        with socket.socket(fileno=fd) as sock:
+            try:
+                sock.shutdown(socket.SHUT_WR)
+                queued = _unsent(sock)
+            finally:
+                sock.detach()
+    except OSError:
+        os.close(fd)
+        return
+    wait = min(LINGER_MAX_S, max(LINGER_MIN_S, queued / LINGER_RATE))
+    _lingering[fd] = loop.call_later(wait, _end_linger, loop, fd)
+    loop.add_reader(fd, _discard, loop, fd)
+
+
+def _unsent(sock: socket.socket) -> int:
+    """Bytes in the socket's send queue (SIOCOUTQ), 0 where unknown."""
+    try:
+        buf = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")  # SIOCOUTQ
+    except OSError:
+        return 0
+    return int.from_bytes(buf, sys.byteorder)
+
+
+def _discard(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    try:
+        n = os.readv(fd, _BUFS)
+    except (BlockingIOError, InterruptedError):
+        return
+    except OSError:
+        n = 0
+    if n == 0:
+        _end_linger(loop, fd)
+
+
+def _end_linger(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    timer = _lingering.pop(fd, None)
+    if timer is None:
+        return
+    timer.cancel()
+    loop.remove_reader(fd)
+    os.close(fd)
 
 
 def _readable(t: FdTransport) -> None:
@@ -183,6 +261,7 @@ def _readable(t: FdTransport) -> None:
         t._fail(e)
         return
     if n == 0:  # EOF: the protocol says whether to keep our side open (the gateway: no)
+        t._flags |= _EOF
         keep = t._protocol.eof_received()
         if keep:
             t.pause_reading()
@@ -206,7 +285,12 @@ def _writable(t: FdTransport) -> None:
         return
     left = len(data) - n
     if left:
-        t._out = [data[n:]]
+        # Keep each write's bytes apart: every element ends where a write() ended, on
+        # a frame boundary, so that drop_unsent can keep whole frames.
+        while n >= len(out[0]):
+            n -= len(out.pop(0))
+        if n:
+            out[0] = out[0][n:]
     else:
         t._out = None
         asyncio.get_running_loop().remove_writer(t._fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import struct
 
@@ -10,6 +11,8 @@ import msgpack
 import pytest
 
 from gateway.server import Server
+from protocol.codec import encode
+from protocol.decoder import FrameDecoder, Side
 from protocol.frames import (
     ConvOk,
     Error,
@@ -176,3 +179,58 @@ async def test_interleaved_partial_frames_of_two_connections_stay_apart(gw: Serv
     assert isinstance(ok_a, ConvOk) and ok_a.rid == 7
     assert isinstance(ok_b, ConvOk) and ok_b.rid == 8 and ok_b.conv_id != ok_a.conv_id
     assert conn_a.decoder is None and conn_b.decoder is None  # complete: none owned
+
+
+@pytest.mark.parametrize("client_transport", ["uvloop", "fd"])
+async def test_a_slow_reader_gets_whole_frames_then_the_kick(
+    start_gateway: StartGateway, client_transport: str
+) -> None:
+    """A client that reads, slowly (a few 100 KiB/s), and keeps sending PINGs gets whole
+    frames, the KICK slow_consumer, and then a clean end of stream: not a reset, which
+    would make its kernel drop what it had not read yet."""
+    gw = await start_gateway(
+        max_write_buffer=64 * 1024, rate_burst=100_000, rate_per_s=100_000,
+        client_transport=client_transport,
+    )  # fmt: skip
+    node = gw.node
+    assert node is not None
+    sender = await Wire.login(gw.port, 1)
+    loop = asyncio.get_running_loop()
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await loop.sock_connect(sock, ("127.0.0.1", gw.port))
+    try:
+        await loop.sock_sendall(sock, encode(Login(1, 1, 2, "slow", token(2, "slow"))))
+        conv = await sender.request(OpenP2P(0, 2))
+        assert isinstance(conv, ConvOk)
+        for i in range(3000):  # until the slow one is kicked (nothing read meanwhile)
+            await sender.send(Send(10_000 + i, conv.conv_id, f"flood-{i}", 1, b"z" * 2000))
+            if i % 100 == 99:
+                await sender.wait_for(SendAck, rid=10_000 + i, timeout=10)
+                if (2, "slow") not in node.by_device:
+                    break
+        assert (2, "slow") not in node.by_device
+        received = bytearray()
+        deadline = loop.time() + 60
+        while loop.time() < deadline:  # at most ~400 KiB/s, a PING every 0.2 s
+            with contextlib.suppress(OSError):
+                await loop.sock_sendall(sock, encode(Ping()))
+            for _ in range(20):
+                chunk = await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
+                if not chunk:
+                    break
+                received += chunk
+                await asyncio.sleep(0.01)
+            else:
+                continue
+            break
+        else:
+            raise AssertionError("the stream did not end within 60 s")
+    finally:
+        sock.close()
+    frames = FrameDecoder(side=Side.CLIENT, max_frame=1 << 20).feed(bytes(received))
+    assert isinstance(frames[0], LoginOk)
+    assert all(isinstance(f, (Push, Pong)) for f in frames[1:-1]), frames[-3:]
+    last = frames[-1]
+    assert isinstance(last, Kick) and last.reason == KickReason.SLOW_CONSUMER, last

@@ -60,6 +60,9 @@ class FakeTransport(asyncio.Transport):
     def close(self) -> None:
         self.closed = True
 
+    def can_write_eof(self) -> bool:
+        return False  # close() stands for the whole goodbye, as a bare fd's transport
+
     def abort(self) -> None:
         self.aborted = True
         self.unread.clear()
