@@ -39,14 +39,21 @@ from websockets.protocol import State as WsState
 from websockets.server import ServerProtocol
 
 from protocol.codec import encode, frame_bytes
-from protocol.frames import Error
+from protocol.frames import Error, Ping, Pong
 from protocol.ops import ErrorCode
 
 if TYPE_CHECKING:
     from gateway.connection import Connection
 
 WS_PATH: Final = "/ws"
+FEED_SIZE: Final = 16 * 1024  # bytes given to the library at a time (WsTransport._feed)
 _LEN: Final = 4
+_PING: Final = encode(Ping())
+_PONG: Final = encode(Pong())
+_PING_BODY: Final = _PING[_LEN:]
+_PING_HEAD: Final = bytes((0x80 | Opcode.BINARY, 0x80 | len(_PING_BODY)))  # FIN, masked
+_PING_WIRE: Final = 2 + 4 + len(_PING_BODY)
+_PONG_MESSAGE: Final = Frame(Opcode.BINARY, _PONG[_LEN:]).serialize(mask=False, extensions=[])
 # The library logs every connection opened and closed at INFO: not worth a line each.
 _LOG: Final = logging.getLogger("imgw.websocket")
 _LOG.setLevel(logging.WARNING)
@@ -103,7 +110,7 @@ class WsTransport(asyncio.Protocol):
     one keeps the request and its headers alive, ~1.7 kB each); `_parts` holds the
     fragments of a message only while one arrives in pieces."""
 
-    __slots__ = ("_close_code", "_conn", "_held", "_parts", "_policy", "_raw", "_ws")
+    __slots__ = ("_close_code", "_conn", "_held", "_parts", "_policy", "_raw", "_unfed", "_ws")
 
     def __init__(self, conn: Connection, policy: WsPolicy) -> None:
         self._conn = conn
@@ -113,6 +120,7 @@ class WsTransport(asyncio.Protocol):
         self._parts: list[bytes] | None = None
         self._close_code = CloseCode.NORMAL_CLOSURE
         self._held = 0  # bytes of an unfinished message (see `unfinished`)
+        self._unfed: bytes | None = None  # read while the connection stopped reading
 
     @property
     def unfinished(self) -> int:
@@ -129,6 +137,55 @@ class WsTransport(asyncio.Protocol):
         self._conn.connection_made(cast(asyncio.Transport, self))
 
     def data_received(self, data: bytes) -> None:
+        if (
+            len(data) == _PING_WIRE
+            and data[:2] == _PING_HEAD
+            and not self._held
+            and self._unfed is None
+            and self._ws.state is WsState.OPEN
+            and data[6] ^ data[2] == _PING_BODY[0]
+            and data[7] ^ data[3] == _PING_BODY[1]
+        ):
+            # A heartbeat alone in its read, the common case: one masked 2-byte binary
+            # message, unmasked here instead of by the library (whose buffer is empty:
+            # nothing is held), and handed over as the TCP path's PING.
+            self._conn.data_received(_PING)
+            return
+        if self._unfed is not None:
+            self._unfed += data  # behind what waits already
+        elif len(data) <= FEED_SIZE:
+            self._receive(data)
+        else:
+            self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """Give the library `data` FEED_SIZE bytes at a time. A connection that stops
+        reading meanwhile (over its op budget, or held by send backpressure) keeps the
+        rest until it reads again: a read of 256 KiB of small frames costs the node at
+        most a slice of work past the budget, as the TCP path's decoder does a read."""
+        end = len(data)
+        at = 0
+        while at < end:
+            self._receive(data[at : at + FEED_SIZE])
+            at += FEED_SIZE
+            raw = self._raw
+            if raw is None or raw.is_closing() or self._ws.state is not WsState.OPEN:
+                return
+            if at < end and not raw.is_reading():
+                self._unfed = data[at:]
+                return
+
+    def _feed_unfed(self) -> None:
+        data, self._unfed = self._unfed, None
+        raw = self._raw
+        if data is None or raw is None or raw.is_closing():
+            return
+        if not raw.is_reading():
+            self._unfed = data  # held again before its turn came
+            return
+        self._feed(data)
+
+    def _receive(self, data: bytes) -> None:
         ws = self._ws
         opened = ws.state is WsState.OPEN  # else these bytes are (part of) the request
         ws.receive_data(data)
@@ -167,6 +224,7 @@ class WsTransport(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._unfed = None
         if self._held:
             self._conn.node.partial_bytes -= self._held
             self._held = 0
@@ -267,6 +325,9 @@ class WsTransport(asyncio.Protocol):
         ws = self._ws
         if ws.state is not WsState.OPEN:
             return  # before the handshake's answer, or closing: nothing more goes
+        if data == _PONG and self._raw is not None:
+            self._raw.write(_PONG_MESSAGE)  # the answer to a heartbeat, made once
+            return
         view = memoryview(data)
         end = len(view)
         at = 0
@@ -296,6 +357,18 @@ class WsTransport(asyncio.Protocol):
         if self._raw is not None:
             self._raw.abort()
 
+    def can_write_eof(self) -> bool:
+        return False  # the close frame ends it; a bare fd's transport then lingers
+
+    def drop_unsent(self) -> None:
+        """As the socket's transport can (each of its writes is whole messages)."""
+        drop = getattr(self._raw, "drop_unsent", None)
+        if drop is not None:
+            drop()
+
+    def get_write_buffer_size(self) -> int:
+        return 0 if self._raw is None else self._raw.get_write_buffer_size()
+
     def is_closing(self) -> bool:
         return self._raw is None or self._raw.is_closing()
 
@@ -309,6 +382,8 @@ class WsTransport(asyncio.Protocol):
     def resume_reading(self) -> None:
         if self._raw is not None:
             self._raw.resume_reading()
+            if self._unfed is not None:
+                self._conn.node.loop.call_soon(self._feed_unfed)
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return default if self._raw is None else self._raw.get_extra_info(name, default)

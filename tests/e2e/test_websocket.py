@@ -189,6 +189,37 @@ async def test_a_fragmented_message_is_one_frame(start_gateway: StartGateway) ->
     assert any(f.opcode is Opcode.PONG and f.data == b"are you there" for f in c.frames)
 
 
+async def test_heartbeats_alone_and_among_other_messages(start_gateway: StartGateway) -> None:
+    """A PING alone in its read is answered without the library's parser (the common
+    case), and so is one in a read with other messages, or behind part of one."""
+    _, port = await ws_gateway(start_gateway)
+    c = await RawWs.open(port)
+    await c.login(1)
+
+    async def pongs(n: int) -> None:
+        while sum(f.opcode is Opcode.BINARY for f in c.frames) < n:
+            await c.fill()
+        decoder = FrameDecoder(side=Side.CLIENT)
+        got = [decoder.feed(encode_len(f.data))[0] for f in c.frames]
+        assert got == [Pong()] * n, got
+        c.frames.clear()
+
+    for _ in range(3):  # each with its own random mask
+        c.send_frame(Ping())
+        await c.writer.drain()
+        await pongs(1)
+    c.send_frame(Ping())
+    c.send_frame(Ping())  # two in one write
+    await pongs(2)
+    ping = Frame(Opcode.BINARY, encode(Ping())[4:]).serialize(mask=True, extensions=[])
+    other = Frame(Opcode.BINARY, encode(Ping())[4:]).serialize(mask=True, extensions=[])
+    c.writer.write(other[:5])  # part of a message, then the rest with a whole PING
+    await c.writer.drain()
+    await asyncio.sleep(0.05)
+    c.writer.write(other[5:] + ping)
+    await pongs(2)
+
+
 async def test_an_unfinished_message_is_closed_after_frame_timeout(
     start_gateway: StartGateway,
 ) -> None:
