@@ -121,7 +121,6 @@ class Server:
 
     async def _start(self) -> None:
         cfg = self.config
-        remember(config_secrets(cfg))  # masked in every log line from now on
         nofile = raise_nofile()
         node_id = cfg.node_id or default_node_id()
         if cfg.cache.startswith(REDIS_URLS):
@@ -311,11 +310,19 @@ class Server:
                 )
             media.objects.base_url = lambda: public
             self.media_base = public
-        if isinstance(media.objects, FileObjects):
-            remember([media.objects.secret.decode(errors="replace")])  # maybe generated
         self.log.info(
             "media by object key", media=redact_url(cfg.media), listen=cfg.media_listen or None
         )
+
+    def secrets(self) -> set[str]:
+        """What the process must never show (gateway.redact): the configuration's
+        secrets, and the media secret, which may have been generated in the data dir."""
+        found = config_secrets(self.config)
+        media = self.node.media if self.node is not None else None
+        key = getattr(media.objects, "secret", b"") if media is not None else b""
+        if isinstance(key, bytes) and key:
+            found.add(key.decode(errors="replace"))
+        return found
 
     async def _lease_worker_id(self, node_id: str) -> None:
         from storage.redis import redis_from_url
@@ -513,8 +520,10 @@ class Server:
 
 
 def run(config: Config, *, reuse_port: bool = False, listener: socket.socket | None = None) -> int:
-    """Run a gateway until SIGTERM/SIGINT or `imgw drain`; the exit status."""
+    """Run a gateway until SIGTERM/SIGINT or `imgw drain`; the exit status. The process
+    masks the gateway's secrets in everything it logs (gateway.redact)."""
     configure(config.log_format, config.log_level)
+    remember(config_secrets(config))
 
     async def main() -> int:
         server = Server(config, reuse_port=reuse_port, listener=listener)
@@ -532,6 +541,7 @@ def run(config: Config, *, reuse_port: bool = False, listener: socket.socket | N
                 await server.backends.store.close()
             await server._end_lease()
             return 1
+        remember(server.secrets())
         quiet_gc()
         stopped = loop.create_task(server.wait_stopped())  # `imgw drain` over admin HTTP
         signalled = loop.create_task(stop.wait())

@@ -11,6 +11,10 @@ crash with exponential backoff; after a clean exit, such as an `imgw drain` of t
 worker, at once: a rolling restart), and on SIGTERM or SIGINT forwards SIGTERM to every
 worker, waits for all of them to drain, and exits 0.
 
+The workers are forked, not executed: each gets its configuration, secrets included, in
+memory, never on a command line of its own, and shows the supervisor's, whose secrets
+`imgw serve` masked before anything else (gateway.cmdline).
+
 A worker that keeps dying within `FAST_FAIL_S` of its start (bad config, a backend that
 is down) while no other worker has been up that long is given up on after
 `MAX_FAST_FAILS` tries: the supervisor stops the others and exits 1, so that the service

@@ -32,6 +32,7 @@ import redis.asyncio
 from gateway.client import Client
 from protocol.token import sign_token
 from storage.mysql import MySQLSettings, migrate
+from tests.conftest import StartGateway
 from tests.support.proc import free_port
 from tests.support.services import drop_redis, require_port
 from tests.support.tcpproxy import TcpProxy
@@ -290,3 +291,11 @@ async def _failed_starts(tmp_path: Path) -> tuple[dict[str, str], dict[str, str]
         assert code in (1, 2), out
         seen[f"failed start: {name}"] = out
     return seen, pw
+
+
+async def test_a_generated_media_secret_is_masked_too(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    gw = await start_gateway(media=f"file://{tmp_path / 'media'}", media_listen="127.0.0.1:0")
+    generated = (tmp_path / "data" / "media.secret").read_text().strip()
+    assert len(generated) >= 16 and generated in gw.secrets()
