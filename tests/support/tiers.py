@@ -37,6 +37,7 @@ SLOW_PATHS = (
     "redis/",  # Redis
     "test_bench_cli.py",  # `imgw bench` runs, each its own gateway
     "test_bench_smoke.py",  # `python -m bench.send_bench` subprocesses
+    "test_bench_ws.py",  # `imgw bench` runs over WebSocket, each its own gateway
     "test_raw_protocol.py",  # a gateway subprocess
 )
 
