@@ -5,7 +5,10 @@
 `redis+cluster://h:p,h:p/` puts all of it on Redis Cluster);
 `mysql://` with `memory://` runs on MySQL alone; the cache URL also names the route
 store. `local://` is the in-process bus of a single node; `amqp://` (or `amqps://`) is the
-RabbitMQ bus that several nodes share (options in `storage.amqp.bus`)."""
+RabbitMQ bus that several nodes share (options in `storage.amqp.bus`).
+
+Whatever the cache, token revocations are kept in the store (`storage.revocations`): the
+route store comes wrapped in `DurableRevocations` over the store's revocation log."""
 
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
 from storage.embedded import EmbeddedStore, LocalBus, MemoryRouteStore
+from storage.embedded.revocations import SqliteRevocationLog
 from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
+from storage.revocations import DurableRevocations, RevocationLog
 from storage.snowflake import Snowflake
 
 
@@ -38,7 +43,7 @@ def sqlite_path(url: str) -> tuple[str, dict[str, str]]:
     return rest[1:], dict(parse_qsl(query))
 
 
-def _embedded(url: str, ids: Snowflake) -> EmbeddedStore:
+def _embedded(url: str, ids: Snowflake) -> tuple[EmbeddedStore, SqliteRevocationLog]:
     path, opts = sqlite_path(url)
     try:
         busy_ms = int(opts.pop("busy_timeout_ms", "5000"))
@@ -46,7 +51,8 @@ def _embedded(url: str, ids: Snowflake) -> EmbeddedStore:
         raise BackendError(f"bad busy_timeout_ms in {url!r}") from e
     if opts:
         raise BackendError(f"unknown sqlite options {sorted(opts)} in {url!r}")
-    return EmbeddedStore(path, ids=ids, busy_timeout_ms=busy_ms)
+    store = EmbeddedStore(path, ids=ids, busy_timeout_ms=busy_ms)
+    return store, SqliteRevocationLog(path, busy_timeout_ms=busy_ms)
 
 
 def import_backends(store_url: str, cache_url: str, bus_url: str) -> None:
@@ -95,8 +101,10 @@ def open_backends(
         )
 
     store_scheme = urlsplit(store_url).scheme
+    revocations: RevocationLog
     if store_scheme == "sqlite":
-        store: ChatStore = _embedded(store_url, ids)
+        embedded, revocations = _embedded(store_url, ids)
+        store: ChatStore = embedded
     elif store_scheme == "mysql":
         from storage.mysql import MySQLSettings, MySQLStore
         from storage.production import ProductionStore
@@ -106,6 +114,7 @@ def open_backends(
         except ValueError as e:
             raise BackendError(str(e)) from e
         store = mysql if cache is None else ProductionStore(mysql, cache, recent)
+        revocations = mysql.revocations
     else:
         raise BackendError(
             f"unsupported store {store_url!r}: use sqlite:///path or mysql://user:pw@host/db"
@@ -125,4 +134,4 @@ def open_backends(
         raise BackendError(
             f"unsupported bus {bus_url!r}: use local:// or amqp://user:pw@host:5672/vhost"
         )
-    return Backends(store, routes, bus, budgets)
+    return Backends(store, DurableRevocations(routes, revocations), bus, budgets)

@@ -256,7 +256,9 @@ class RouteStore(Protocol):
     async def revoke(self, uid: int, device: str | None, at_s: int, keep_s: int) -> None:
         """Record that the tokens of `uid` (one device, or all with None) minted up to
         `at_s` (Unix seconds) are revoked; the record lasts `keep_s` (the longest token
-        lifetime)."""
+        lifetime). A route store may lose it with its routes: the one a node is given
+        (`storage.revocations.DurableRevocations`) writes it to the authoritative store
+        first, and keeps a copy read back from there."""
         ...
 
     async def mark(self, node: str) -> bool:
@@ -264,7 +266,9 @@ class RouteStore(Protocol):
         True means the route data may have been lost since the previous call (a flush, a
         restart without persistence, a failover to an empty replica, or an outage longer
         than the route TTL), so the node's live routes must be registered again. One
-        round trip, whatever the number of routes; the first call of a node says True."""
+        round trip, whatever the number of routes; the first call of a node says True.
+        (The node calls it every second: `DurableRevocations` also starts reading the
+        revocations changed since its last read then, in the background.)"""
         ...
 
     async def close(self) -> None: ...

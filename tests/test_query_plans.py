@@ -10,8 +10,11 @@ read and delivered positions (and their flushes), p2p and group creation, member
 changes, member and seq lookups, and housekeeping; then an `imgw archive run` (its
 statements planned too) and HISTORY and PULL pages read back through the archive index;
 then every statement of the media index (storage/media: uploads, references, the orphan
-sweep) on 2,000 preloaded uploads.
-(LOGIN itself only touches the route store, which runs no SQL.)
+sweep) on 2,000 preloaded uploads, and of the revocation log (storage/revocations.py: a
+revocation, the node's load and its reads of changes, pruning) on 2,000 preloaded
+revocations.
+(LOGIN itself only touches the route store and the node's copy of the revocations, which
+run no SQL.)
 
 Every statement the store executed is captured (SQLite: the trace callback of both
 connections, parameters bound; MariaDB: the text asyncmy sent, parameters interpolated
@@ -55,12 +58,14 @@ from storage.archive.index import SqliteIndex
 from storage.archive.mysqlindex import MySQLIndex
 from storage.embedded import EmbeddedStore
 from storage.embedded import schema as sqlite_schema
+from storage.embedded.revocations import SqliteRevocationLog
 from storage.media.index import SqliteMediaIndex
 from storage.media.keys import media_key
 from storage.media.mysqlindex import MySQLMediaIndex
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import message_table
+from storage.revocations import ALL_DEVICES, Revocation, RevocationLog
 from tests.support.services import drop_mysql, fresh_mysql
 
 HOUR = 3600 * 1000
@@ -557,6 +562,42 @@ async def media_workload(index: Any, captured: Captured, data: Data) -> None:
     assert await index.referencing(key, 100) == [data.p2p]
 
 
+REVOCATIONS = 2000  # preloaded revocations: a day of them, half expired
+
+
+def revocation_rows(data: Data) -> list[tuple[int, str, int, int, int]]:
+    """Preloaded im_revocation rows (uid, device, revoked_s, expires_s, updated_ms)."""
+    now_s = data.now // 1000
+    rows = []
+    for i in range(REVOCATIONS):
+        at_ms = data.now - 24 * HOUR + i * 43_200
+        at_s = at_ms // 1000
+        device = ALL_DEVICES if i % 3 else f"d{i % 7}"
+        rows.append((10_000 + i, device, at_s, at_s + 12 * 3600 + (now_s - at_s) // 2, at_ms))
+    return rows
+
+
+async def revocation_workload(log: RevocationLog, captured: Captured, data: Data) -> None:
+    """Every statement of the revocation log (storage/revocations.py): a revocation, a
+    node's load at start, its read of the changes each second, pruning."""
+    now_s = data.now // 1000
+    steps: list[tuple[str, Any]] = [
+        ("record", lambda: log.record(Revocation(7, "ios", now_s, now_s + 3600))),
+        ("record", lambda: log.record(Revocation(7, "ios", now_s + 1, now_s + 3601))),
+        ("changed_since", lambda: log.changed_since(None)),
+        ("changed_since", lambda: log.changed_since(data.now - 10_000)),
+        ("prune", lambda: log.prune(now_s)),
+    ]
+    for label, step in steps:
+        before, captured.current = captured.current, f"revocations.{label}"
+        try:
+            await step()
+        finally:
+            captured.current = before
+    rows, _ = await log.changed_since(data.now - 10_000)
+    assert Revocation(7, "ios", now_s + 1, now_s + 3601) in rows
+
+
 # -- SQLite ---------------------------------------------------------------------------------
 
 
@@ -599,6 +640,11 @@ def preload_sqlite(path: str, data: Data) -> None:
         )
         conn.executemany(
             "INSERT INTO im_media_ref (media_key, conv_id, created_ms) VALUES (?,?,?)", refs
+        )
+        conn.executemany(
+            "INSERT INTO im_revocation (uid, device, revoked_s, expires_s, updated_ms) "
+            "VALUES (?,?,?,?,?)",
+            revocation_rows(data),
         )
         conn.execute("COMMIT")
     finally:
@@ -656,7 +702,9 @@ async def test_sqlite_hot_paths_search_indexes(
     await index.open()
     media = SqliteMediaIndex(path)
     await media.open()
-    conns = (store._wconn, store._rconn, index._conn, media._conn)
+    revocations = SqliteRevocationLog(path)
+    await revocations.changed_since(None)  # opens its connection
+    conns = (store._wconn, store._rconn, index._conn, media._conn, revocations._conn)
     for conn in conns:
         assert conn is not None
         conn.set_trace_callback(captured.add)
@@ -665,12 +713,14 @@ async def test_sqlite_hot_paths_search_indexes(
         await workload(api, data)
         await archive_and_read(api, index, captured, (Path(path).parent / "arch").as_uri())
         await media_workload(media, captured, data)
+        await revocation_workload(revocations, captured, data)
     finally:
         for conn in conns:
             assert conn is not None
             conn.set_trace_callback(None)
         await index.close()
         await media.close()
+        await revocations.close()
 
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
@@ -752,6 +802,11 @@ async def preload_mysql(settings: MySQLSettings, data: Data) -> None:
             await cur.executemany(
                 "INSERT INTO im_media_ref (media_key, conv_id, created_ms) VALUES (%s,%s,%s)",
                 refs,
+            )
+            await cur.executemany(
+                "INSERT INTO im_revocation (uid, device, revoked_s, expires_s, updated_ms) "
+                "VALUES (%s,%s,%s,%s,%s)",
+                revocation_rows(data),
             )
             await cur.execute("SHOW TABLES")
             tables = [r[0] for r in await cur.fetchall()]
@@ -879,6 +934,7 @@ async def test_mariadb_hot_paths_search_indexes(
             await media_workload(media, captured, data)
         finally:
             await media.close()
+        await revocation_workload(store.revocations, captured, data)
 
     growing, plans = await mariadb_plans(store.settings, captured)
     assert growing >= {"im_send_dedup", "im_conv_member", "im_delivered", message_table(0)}

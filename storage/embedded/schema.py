@@ -6,9 +6,10 @@ import sqlite3
 from typing import Final
 
 # 2: im_archive, im_archive_sent, im_meta (storage/archive); 3: unused;
-# 4: im_media_upload, im_media_ref (storage/media). Every table is CREATE ... IF NOT
-# EXISTS, so versions stack: the highest wins and every table is created.
-SCHEMA_VERSION: Final = 4
+# 4: im_media_upload, im_media_ref (storage/media); 5: im_revocation
+# (storage/revocations.py). Every table is CREATE ... IF NOT EXISTS, so versions stack:
+# the highest wins and every table is created.
+SCHEMA_VERSION: Final = 5
 
 _DDL: Final = """
 CREATE TABLE IF NOT EXISTS im_conversation (
@@ -108,6 +109,18 @@ CREATE TABLE IF NOT EXISTS im_media_ref (
     created_ms INTEGER NOT NULL,
     PRIMARY KEY (media_key, conv_id)
 ) WITHOUT ROWID;
+-- Token revocations (storage/revocations.py): the tokens of uid on device ('*': every
+-- device) minted at or before revoked_s are refused until expires_s (Unix seconds).
+CREATE TABLE IF NOT EXISTS im_revocation (
+    uid        INTEGER NOT NULL,
+    device     TEXT NOT NULL,
+    revoked_s  INTEGER NOT NULL,
+    expires_s  INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (uid, device)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS im_revocation_updated ON im_revocation (updated_ms);
+CREATE INDEX IF NOT EXISTS im_revocation_expires ON im_revocation (expires_s);
 """
 
 

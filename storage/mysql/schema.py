@@ -35,10 +35,11 @@ if TYPE_CHECKING:
 
 # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
 # 5: im_archive, im_archive_sent (storage/archive); 6: im_lease (storage/mysql/lease.py);
-# 7: im_media_upload, im_media_ref (storage/media); 8: im_node_lease.conn_floor. Tables
-# are CREATE ... IF NOT EXISTS, so versions stack: the highest is recorded and every table
-# is created; columns added later are in UPGRADES too.
-SCHEMA_VERSION: Final = 8
+# 7: im_media_upload, im_media_ref (storage/media); 8: im_node_lease.conn_floor;
+# 9: im_revocation (storage/revocations.py). Tables are CREATE ... IF NOT EXISTS, so
+# versions stack: the highest is recorded and every table is created; columns added
+# later are in UPGRADES too.
+SCHEMA_VERSION: Final = 9
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -167,11 +168,25 @@ _TABLES: Final = [
         owner      VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
         expires_ms BIGINT NOT NULL
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # Token revocations (storage/revocations.py): the tokens of uid on device ('*': every
+    # device) minted at or before revoked_s are refused until expires_s (Unix seconds);
+    # updated_ms (the database's clock) is what the nodes' reads of changes follow.
+    """CREATE TABLE IF NOT EXISTS im_revocation (
+        uid        BIGINT UNSIGNED NOT NULL,
+        device     VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        revoked_s  BIGINT NOT NULL,
+        expires_s  BIGINT NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        PRIMARY KEY (uid, device),
+        KEY k_updated (updated_ms),
+        KEY k_expires (expires_s)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 ]
 # Only in the metadata database; every other table of _TABLES is also on each shard
 # server, for the conversations of its shards (docs/decisions.md).
 _META_ONLY: Final = (
     "im_node_lease", "im_shard_map", "im_lease", "im_media_upload", "im_media_ref",
+    "im_revocation",
 )  # fmt: skip
 
 _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (

@@ -62,6 +62,7 @@ from storage.mysql import sql
 from storage.mysql.append import GroupCommit, load_sent
 from storage.mysql.lease import Lease, default_owner
 from storage.mysql.outbox import MySQLOutbox, ShardedOutbox
+from storage.mysql.revocations import MySQLRevocationLog
 from storage.mysql.schema import SCHEMA_VERSION, message_table, read_map
 from storage.mysql.settings import MySQLSettings
 from storage.mysql.shardmap import (
@@ -165,6 +166,8 @@ class MySQLStore:
         self.last_prune = PruneReport(done=True)
         self._durability: dict[str, str] = {}
         self._outbox = MySQLOutbox(self._db, clock)
+        # token revocations, in the metadata database (storage/revocations.py)
+        self.revocations = MySQLRevocationLog(self._db)
         self._syncs = SyncBatcher(self._db, self.shard_of)
         self._appends = GroupCommit(self._db, self.shard_of, self._ids, clock, self._outbox)
         # The metadata database's server; with no shard map, the only one.

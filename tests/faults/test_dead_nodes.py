@@ -72,7 +72,7 @@ async def test_migrate_adds_the_connection_floor_to_schema_7() -> None:
         done = await downgrade_then_migrate(
             url, 7, "ALTER TABLE im_node_lease DROP COLUMN conn_floor"
         )
-        assert "added im_node_lease.conn_floor" in done and SCHEMA_VERSION == 8
+        assert "added im_node_lease.conn_floor" in done and SCHEMA_VERSION >= 8
         store = MySQLStore(MySQLSettings.from_url(url))
         await store.start()
         try:
