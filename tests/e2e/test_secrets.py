@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import signal
@@ -189,6 +190,10 @@ async def test_no_secret_leaves_the_gateway(tmp_path: Path) -> None:
     for where, out in failed.items():  # each said why in a line, not a traceback
         assert "cannot start" in out or "imgw serve: " in out, (where, out)
         assert "Traceback" not in out, (where, out)
+    # under log-format = json every line is JSON, the development key's warning first
+    lines = [json.loads(line) for line in failed["failed start: bus down (JSON logs)"].splitlines()]
+    assert "using the development key" in lines[0]["event"]
+    assert lines[-1]["event"] == "cannot start"
     # what was shown instead: the URLs masked; the webhooks and backends did fail
     text = seen["gateway log"]
     assert f'"store": "mysql://{users.name}:***@127.0.0.1:3306/{users.database}?shards=2"' in text
@@ -278,7 +283,8 @@ async def _failed_starts(tmp_path: Path) -> tuple[dict[str, str], dict[str, str]
         "bad store option": ["--store", f"mysql://u:{pw['badstore']}@127.0.0.1:3306/x?bogus=1"],
         "media URL with a key": [
             "--media", f"s3://b/p?endpoint=http://127.0.0.1:{closed}&secret_key={pw['s3key']}"],
-        "bus down": ["--bus", f"amqp://u:{pw['deadbus']}@127.0.0.1:{closed}/"],
+        "bus down (JSON logs)": [
+            "--bus", f"amqp://u:{pw['deadbus']}@127.0.0.1:{closed}/", "--log-format", "json"],
         "config error": ["--check-url", f"ftp://u:{pw['ftp']}@example.com/"],
     }  # fmt: skip
     serve = [sys.executable, "-m", "gateway.cli", "serve"]
