@@ -24,7 +24,15 @@ from protocol.ops import ErrorCode
 
 # The reasons verify_token gives; kept open as `str` in TokenError for callers' own.
 TokenFailure: TypeAlias = Literal[
-    "malformed", "unknown_kid", "bad_signature", "expired", "uid_mismatch", "device_mismatch"
+    "malformed",
+    "unknown_kid",
+    "bad_signature",
+    "expired",
+    "too_long",
+    "iat_after_exp",
+    "iat_future",
+    "uid_mismatch",
+    "device_mismatch",
 ]
 
 

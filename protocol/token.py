@@ -6,7 +6,9 @@ where the secret is the UTF-8 bytes of the configured string, `uid` (>= 1) and `
 `sign_token` exists for tests and the mint command.
 
 `verify_token` checks, in this order: form, kid known, signature (constant time),
-expiry (``now > exp + leeway`` fails), then uid and device against the LOGIN's. The
+expiry (``now > exp + leeway`` fails), lifetime, a v2 token's minting time (``iat > exp``
+fails, and so does ``iat > now + leeway``: a token "minted" later than the clock allows
+would escape a revocation made now), then uid and device against the LOGIN's. The
 signature is checked before any claim is trusted.
 """
 
@@ -144,6 +146,8 @@ def sign_token(
     else:
         if type(iat) is not int or not 0 <= iat <= MAX_U64:
             raise ValueError(f"iat must be an int in 0..2^64-1, got {iat!r}")
+        if iat > exp:
+            raise ValueError(f"iat {iat} is after exp {exp}")
         signed = f"{TOKEN_V2}.{kid}.{uid}.{device}.{iat}.{exp}"
     return f"{signed}.{_signature(raw, signed)}"
 
@@ -162,7 +166,9 @@ def verify_token(
 
     Returns the claims; raises `TokenError` with reason "malformed", "unknown_kid",
     "bad_signature", "expired", "too_long" (exp more than `max_lifetime` seconds ahead,
-    plus the leeway), "uid_mismatch" or "device_mismatch".
+    plus the leeway), "iat_after_exp", "iat_future" (minted more than the leeway after
+    `now`: the same allowance for clock skew as on exp), "uid_mismatch" or
+    "device_mismatch".
     """
     parts = token.split(".") if len(token) <= _MAX_TOKEN_LEN else ()
     iat_s = "0"
@@ -195,8 +201,14 @@ def verify_token(
         raise TokenError("expired")
     if max_lifetime is not None and exp > now + max_lifetime + leeway:
         raise TokenError("too_long")
+    iat = int(iat_s) if version == TOKEN_V2 else None
+    if iat is not None:
+        if iat > exp:
+            raise TokenError("iat_after_exp")
+        if iat > now + leeway:
+            raise TokenError("iat_future")
     if token_uid != uid:
         raise TokenError("uid_mismatch")
     if dev != device:
         raise TokenError("device_mismatch")
-    return TokenClaims(kid, token_uid, dev, exp, int(iat_s) if version == TOKEN_V2 else None)
+    return TokenClaims(kid, token_uid, dev, exp, iat)

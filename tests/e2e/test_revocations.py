@@ -1,16 +1,21 @@
 """Revocations outlive the route store: a revoked token stays refused after Redis lost
 its keys (FLUSHDB, a restart without persistence, an empty replica) and after the
-gateway restarted on the same data (storage/revocations.py)."""
+gateway restarted on the same data (storage/revocations.py); and a v2 token's minting
+time is checked against the clock and its own expiry (protocol/token.py)."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import time
 
 import pytest
 
-from protocol.frames import Error, Kick, Login, LoginOk
+from gateway.server import Server
+from protocol.frames import Error, Kick, Login, LoginOk, Ping, Pong
 from protocol.ops import ErrorCode, KickReason
-from protocol.token import sign_token
+from protocol.token import TOKEN_LEEWAY_S, sign_token
 from tests.conftest import StartGateway
 from tests.support.api import TOKEN, Api
 from tests.support.proc import free_port
@@ -100,3 +105,23 @@ async def test_a_revocation_made_on_another_node_reaches_this_one_through_the_st
     while not refused(answer := await login(gw_b.port, 7, "d", old)):
         assert time.monotonic() < deadline, f"node B still lets the revoked token in: {answer}"
     assert refused(await login(gw_a.port, 7, "d", old))
+
+
+def signed(body: str) -> str:
+    """`body` with its signature, whatever its claims (a login service's bug)."""
+    mac = hmac.new(SECRET.encode(), body.encode(), hashlib.sha256).digest()
+    return f"{body}.{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+
+
+@pytest.mark.backends("embedded")
+async def test_a_token_minted_in_the_future_or_after_its_expiry_is_refused(gw: Server) -> None:
+    port = gw.port
+    now = int(time.time())
+    # minted "50 minutes from now": it would escape a revocation made now
+    assert refused(await login(port, 8, "d", minted(8, "d", now + 3000)), "token refused")
+    # minted after its own expiry (which the leeway still accepts)
+    assert refused(await login(port, 8, "d", signed(f"v2.{KID}.8.d.{now}.{now - 5}")), "refused")
+    # within the clock leeway, it is let in
+    w = await Wire.login(port, 8, "d", tok=minted(8, "d", now + TOKEN_LEEWAY_S // 2))
+    await w.send(Ping())
+    assert isinstance(await w.wait_for(Pong), Pong)

@@ -244,6 +244,28 @@ def test_v2_tokens_carry_when_they_were_minted() -> None:
     assert reason(forged) == "bad_signature"
     longest = sign_token("k" * 16, SECRET, MAX_U64, "d" * 32, MAX_U64, iat=MAX_U64)
     assert verify_token(longest, KeyRing({"k" * 16: SECRET}), uid=MAX_U64, device="d" * 32,
-                        now=0).iat == MAX_U64  # fmt: skip
+                        now=MAX_U64).iat == MAX_U64  # fmt: skip
     with pytest.raises(ValueError, match="iat"):
         sign_token("k1", SECRET, 42, "ios-1", EXP, iat=-1)
+
+
+def test_a_v2_token_minted_later_than_the_clock_allows_is_refused() -> None:
+    """An iat in the future would escape a revocation made now: only the clock leeway is
+    allowed, as on exp."""
+    at_edge = sign_token("k1", SECRET, 42, "ios-1", EXP, iat=NOW + TOKEN_LEEWAY_S)
+    assert verify(at_edge).iat == NOW + TOKEN_LEEWAY_S
+    past_it = sign_token("k1", SECRET, 42, "ios-1", EXP, iat=NOW + TOKEN_LEEWAY_S + 1)
+    assert reason(past_it) == "iat_future"
+    fifty_minutes = sign_token("k1", SECRET, 42, "ios-1", EXP + 3600, iat=NOW + 3000)
+    assert reason(fifty_minutes) == "iat_future"
+    assert verify_token(fifty_minutes, RING, uid=42, device="ios-1", now=NOW + 3000).iat
+    with pytest.raises(TokenError, match="iat_future"):  # the leeway given is the one used
+        verify_token(at_edge, RING, uid=42, device="ios-1", now=NOW, leeway=0)
+
+
+def test_a_v2_token_minted_after_its_expiry_is_refused() -> None:
+    after = _resign(f"v2.k1.42.ios-1.{NOW}.{NOW - 1}")  # still within exp's leeway
+    assert reason(after) == "iat_after_exp"
+    assert verify(_resign(f"v2.k1.42.ios-1.{NOW}.{NOW}")).iat == NOW  # iat == exp: fine
+    with pytest.raises(ValueError, match="after exp"):
+        sign_token("k1", SECRET, 42, "ios-1", NOW - 1, iat=NOW)
