@@ -9,12 +9,16 @@ write what it decided (as they do with `storage.membership.plan_change`).
 - Recall: whether a message may be recalled (`recall_refusal`) and the recall
   message's content (`recall_content`).
 - Unread: which messages count as unread (`counts_as_unread`), and the same as a SQL
-  condition (`UNREAD_TYPES_SQL`), both from `protocol.ops.CLIENT_MSG_TYPES`.
+  condition (`UNREAD_TYPES_SQL`), both from `protocol.ops.CLIENT_MSG_TYPES`. Archived
+  messages keep counting: an archived batch leaves, per sender, the seqs of its
+  messages that count (`unread_runs`), and SYNC counts them above a reader's position
+  (`count_in_runs`), so moving messages between tiers changes no unread count.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -192,3 +196,59 @@ def unread_types_sql(column: str = "msg_type") -> str:
 
 
 UNREAD_TYPES_SQL: Final = unread_types_sql()
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadRun:
+    """The messages of one sender in one archived batch that count as unread: `n` of
+    them, seqs `first`..`last`, every one of them in `seqs` (`pack_seqs`)."""
+
+    sender_uid: int
+    n: int
+    first: int
+    last: int
+    seqs: bytes
+
+
+def pack_seqs(seqs: Sequence[int]) -> bytes:
+    """Ascending seqs as msgpack: the first, then each one's distance from the one
+    before (one byte each while a sender's messages are under 128 apart)."""
+    packed: bytes = msgpack.packb([seqs[0], *(b - a for a, b in itertools.pairwise(seqs))])
+    return packed
+
+
+def unpack_seqs(packed: bytes) -> list[int]:
+    out: list[int] = []
+    seq = 0
+    for step in msgpack.unpackb(packed):
+        seq += step
+        out.append(seq)
+    return out
+
+
+def unread_runs(msgs: Iterable[StoredMessage]) -> list[UnreadRun]:
+    """What an archived batch leaves for unread counts: one run per sender of the
+    messages that count (`counts_as_unread`, as archived: a recalled one is a RECALL and
+    does not), by sender uid."""
+    by_sender: dict[int, list[int]] = {}
+    for m in msgs:
+        if counts_as_unread(m.msg_type):
+            by_sender.setdefault(m.sender_uid, []).append(m.seq)
+    runs = []
+    for sender, seqs in sorted(by_sender.items()):
+        seqs.sort()
+        runs.append(UnreadRun(sender, len(seqs), seqs[0], seqs[-1], pack_seqs(seqs)))
+    return runs
+
+
+def count_in_runs(runs: Iterable[tuple[int, int, int, bytes]], after: int, upto: int) -> int:
+    """How many messages of the runs `(n, first, last, seqs)` lie in (after, upto]: the
+    caller gives the runs of the senders that count (not the reader). A run wholly
+    inside counts without unpacking its seqs."""
+    total = 0
+    for n, first, last, seqs in runs:
+        if first > after and last <= upto:
+            total += n
+        elif last > after and first <= upto:
+            total += sum(after < s <= upto for s in unpack_seqs(seqs))
+    return total

@@ -23,6 +23,12 @@ tiers; the index then holds one "expired" row for them, `(conv_id, 1) -> top exp
 seq` with no file (`file_key` ''), so the archived run still starts at seq 1 and every
 seq above the index's top is still hot. Readers skip it (storage/archive/tiered.py).
 
+`im_archive_unread` keeps what unread counts need of each archived batch (one row per
+file, by its seq_hi, and sender: the seqs of the messages that count; storage/rules.py,
+`unread_runs`), written in the same commit and swapped with the file by retention:
+SYNC counts a reader's unread messages in the archive from it, without opening a file,
+so archiving changes no unread count.
+
 `im_archive_sent` keeps, for the idempotency window (48 h), the send of every archived
 client message sent within it, so a retried SEND still gets its original ack (or a
 conflict) when its message was archived at once (`--older-than 0s`); the stores'
@@ -42,6 +48,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 from storage.errors import StoreUnavailable
 from storage.models import StoredMessage
+from storage.rules import UnreadRun, unread_runs
 
 T = TypeVar("T")
 
@@ -53,6 +60,19 @@ LAST_RUN_PREFIX: Final = "archive_last_run."
 FILES_SQL: Final = (
     "SELECT seq_lo, seq_hi, root, file_key, n_rows FROM im_archive "
     "WHERE conv_id={p} AND seq_lo<={p} AND seq_hi>={p} ORDER BY seq_lo"
+)
+# The unread runs of an archived batch. Parameters: conv_id, seq_hi, then those of a run.
+UNREAD_INSERT_SQL: Final = (
+    "INSERT INTO im_archive_unread (conv_id, seq_hi, sender_uid, n, first_seq, last_seq, "
+    "seqs) VALUES ({p},{p},{p},{p},{p},{p},{p})"
+)
+# The unread runs of a conversation's files ending above seq `after` (a range of the
+# primary key), of senders other than the reader, reaching (after, upto]. Parameters:
+# conv_id, after, reader uid, after, upto. Rows: (n, first_seq, last_seq, seqs), for
+# `storage.rules.count_in_runs`.
+UNREAD_RUNS_SQL: Final = (
+    "SELECT n, first_seq, last_seq, seqs FROM im_archive_unread WHERE conv_id={p} "
+    "AND seq_hi>{p} AND sender_uid<>{p} AND last_seq>{p} AND first_seq<={p}"
 )
 # The idempotency record of an archived send. Parameters: sender_uid, client_msg_id.
 SENT_SQL: Final = (
@@ -144,11 +164,13 @@ class ArchiveIndex(Protocol):
         new: ArchiveFile | None,
         n_rows: int,
         n_bytes: int,
+        runs: Sequence[UnreadRun] = (),
     ) -> bool:
         """Retention, in one transaction: check `old` is the conversation's lowest file
-        (just above the expired range, if any), drop its index row, extend the expired
-        range to `through`, and index `new` (seqs through+1..old.seq_hi, rewritten) if
-        given. False (nothing changed) when a check failed."""
+        (just above the expired range, if any), drop its index row (and unread runs),
+        extend the expired range to `through`, and index `new` (seqs through+1..
+        old.seq_hi, rewritten, with its unread `runs`) if given. False (nothing changed)
+        when a check failed."""
         ...
 
     async def expire_hot(self, conv_id: int, rows: Sequence[ArchivedMessage]) -> bool:
@@ -173,6 +195,16 @@ def expected_head(old: ArchiveFile) -> list[tuple[int, int, str]]:
     return head if old.seq_lo == 1 else [(1, old.seq_lo - 1, ""), *head]
 
 
+def unread_rows(conv_id: int, seq_hi: int, runs: Sequence[UnreadRun]) -> list[tuple[Any, ...]]:
+    """UNREAD_INSERT_SQL's parameters for the runs of file `seq_hi`."""
+    return [(conv_id, seq_hi, r.sender_uid, r.n, r.first, r.last, r.seqs) for r in runs]
+
+
+def batch_runs(rows: Sequence[ArchivedMessage]) -> list[UnreadRun]:
+    """The unread runs of an archived batch."""
+    return unread_runs(r.msg for r in rows)
+
+
 def _recent_sends(rows: Sequence[ArchivedMessage], now: int) -> list[StoredMessage]:
     return [r.msg for r in rows if r.msg.client_msg_id and r.msg.server_ms > now - SENT_KEEP_MS]
 
@@ -188,6 +220,11 @@ def _s(v: int) -> int:
 
 def _u(v: int) -> int:
     return v + (1 << 64) if v < 0 else v
+
+
+def _signed(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """unread_rows with the sender uid as SQLite stores uids (signed 64 bits)."""
+    return [(c, hi, _s(sender), *rest) for c, hi, sender, *rest in rows]
 
 
 class SqliteIndex:
@@ -291,6 +328,7 @@ class SqliteIndex:
     ) -> bool:
         lo, hi = rows[0].msg.seq, rows[-1].msg.seq
         now = self._clock()
+        runs = batch_runs(rows)
 
         def tx(c: sqlite3.Connection) -> bool:
             c.execute("BEGIN IMMEDIATE")
@@ -310,6 +348,10 @@ class SqliteIndex:
                     "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, n_rows, "
                     "n_bytes, created_ms) VALUES (?,?,?,?,?,?,?,?)",
                     (conv_id, lo, hi, root, key, len(rows), size, now),
+                )
+                c.executemany(
+                    UNREAD_INSERT_SQL.format(p="?"),
+                    _signed(unread_rows(conv_id, hi, runs)),
                 )
                 c.executemany(
                     "INSERT OR IGNORE INTO im_archive_sent (sender_uid, client_msg_id, conv_id, "
@@ -343,7 +385,7 @@ class SqliteIndex:
 
     async def expire_file(
         self, conv_id: int, old: ArchiveFile, through: int, new: ArchiveFile | None,
-        n_rows: int, n_bytes: int,
+        n_rows: int, n_bytes: int, runs: Sequence[UnreadRun] = (),
     ) -> bool:  # fmt: skip
         now = self._clock()
 
@@ -361,6 +403,10 @@ class SqliteIndex:
                 c.execute(
                     "DELETE FROM im_archive WHERE conv_id=? AND seq_lo=?", (conv_id, old.seq_lo)
                 )
+                c.execute(
+                    "DELETE FROM im_archive_unread WHERE conv_id=? AND seq_hi=?",
+                    (conv_id, old.seq_hi),
+                )
                 self._expired_to(c, conv_id, through, now)
                 if new is not None:
                     c.execute(
@@ -369,6 +415,10 @@ class SqliteIndex:
                         (conv_id, new.seq_lo, new.seq_hi, new.root, new.key, n_rows, n_bytes,
                          now),
                     )  # fmt: skip
+                    c.executemany(
+                        UNREAD_INSERT_SQL.format(p="?"),
+                        _signed(unread_rows(conv_id, new.seq_hi, runs)),
+                    )
                 c.execute("COMMIT")
                 return True
             except BaseException:

@@ -11,16 +11,20 @@ from typing import TYPE_CHECKING, Any
 from storage.archive.index import (
     FILES_SQL,
     LAST_RUN_PREFIX,
+    UNREAD_INSERT_SQL,
     ArchivedMessage,
     ArchiveFile,
     Status,
     _expected,
     _recent_sends,
+    batch_runs,
     expected_head,
     indexed_files,
+    unread_rows,
 )
 from storage.mysql import MySQLStore, sql
 from storage.mysql.schema import message_table
+from storage.rules import UnreadRun
 
 if TYPE_CHECKING:
     from storage.mysql.settings import MySQLSettings
@@ -103,6 +107,7 @@ class MySQLIndex:
         lo, hi = rows[0].msg.seq, rows[-1].msg.seq
         table = self._table(conv_id)
         now = self._clock()
+        runs = unread_rows(conv_id, hi, batch_runs(rows))
 
         async def body(cur: Cursor) -> bool:
             # The row locks serialise this with a recall of any of them (a recall locks
@@ -125,6 +130,8 @@ class MySQLIndex:
                 "n_bytes, created_ms) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
                 (conv_id, lo, hi, root, key, len(rows), size, now),
             )
+            if runs:
+                await cur.executemany(UNREAD_INSERT_SQL.format(p="%s"), runs)
             sends = _recent_sends(rows, now)
             if sends:
                 values = ",".join(
@@ -154,7 +161,7 @@ class MySQLIndex:
 
     async def expire_file(
         self, conv_id: int, old: ArchiveFile, through: int, new: ArchiveFile | None,
-        n_rows: int, n_bytes: int,
+        n_rows: int, n_bytes: int, runs: Sequence[UnreadRun] = (),
     ) -> bool:  # fmt: skip
         now = self._clock()
 
@@ -171,6 +178,10 @@ class MySQLIndex:
             await cur.execute(
                 "DELETE FROM im_archive WHERE conv_id=%s AND seq_lo=%s", (conv_id, old.seq_lo)
             )
+            await cur.execute(
+                "DELETE FROM im_archive_unread WHERE conv_id=%s AND seq_hi=%s",
+                (conv_id, old.seq_hi),
+            )
             await self._expired_to(cur, conv_id, through, now)
             if new is not None:
                 await cur.execute(
@@ -178,6 +189,10 @@ class MySQLIndex:
                     "n_bytes, created_ms) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
                     (conv_id, new.seq_lo, new.seq_hi, new.root, new.key, n_rows, n_bytes, now),
                 )
+                if runs:
+                    await cur.executemany(
+                        UNREAD_INSERT_SQL.format(p="%s"), unread_rows(conv_id, new.seq_hi, runs)
+                    )
             return True
 
         return await self._db(conv_id).run(body)

@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from storage.archive import objects
-from storage.archive.index import ArchivedMessage, ArchiveFile, ArchiveIndex, run_blocking
+from storage.archive.index import (
+    ArchivedMessage,
+    ArchiveFile,
+    ArchiveIndex,
+    batch_runs,
+    run_blocking,
+)
 from storage.errors import StoreUnavailable
 
 MIN_RETENTION_MS: Final = 48 * 3600 * 1000  # the idempotency window: retries still dedupe
@@ -147,7 +153,8 @@ async def _expire_file(
         key = objects.file_key(conv_id, through + 1, f.seq_hi)
         new = ArchiveFile(through + 1, f.seq_hi, f.root, key, conv_id, len(rows) - take)
         nbytes = await run_blocking(objects.write_file, loc, new.key, rows[take:])
-    if not await index.expire_file(conv_id, f, through, new, len(rows) - take, nbytes):
+    kept = batch_runs(rows[take:]) if new is not None else []
+    if not await index.expire_file(conv_id, f, through, new, len(rows) - take, nbytes, kept):
         raise StoreUnavailable("the archive index changed under retention (another run?)")
     await run_blocking(objects.delete_file, loc, f.key)
     report.rows += take

@@ -7,9 +7,10 @@ from typing import Final
 
 # 2: im_archive, im_archive_sent, im_meta (storage/archive); 3: unused;
 # 4: im_media_upload, im_media_ref (storage/media); 5: im_revocation
-# (storage/revocations.py). Every table is CREATE ... IF NOT EXISTS, so versions stack:
-# the highest wins and every table is created.
-SCHEMA_VERSION: Final = 5
+# (storage/revocations.py); 6: im_archive_unread (storage/archive). Every table is
+# CREATE ... IF NOT EXISTS, so versions stack: the highest wins and every table is
+# created.
+SCHEMA_VERSION: Final = 6
 
 _DDL: Final = """
 CREATE TABLE IF NOT EXISTS im_conversation (
@@ -88,6 +89,18 @@ CREATE TABLE IF NOT EXISTS im_archive_sent (
     PRIMARY KEY (sender_uid, client_msg_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS im_archive_sent_ms ON im_archive_sent (send_ms);
+-- What unread counts need of each archived batch: per file (by its seq_hi) and sender,
+-- the n seqs first_seq..last_seq of the messages that count (seqs: storage/rules.py).
+CREATE TABLE IF NOT EXISTS im_archive_unread (
+    conv_id    INTEGER NOT NULL,
+    seq_hi     INTEGER NOT NULL,
+    sender_uid INTEGER NOT NULL,
+    n          INTEGER NOT NULL,
+    first_seq  INTEGER NOT NULL,
+    last_seq   INTEGER NOT NULL,
+    seqs       BLOB NOT NULL,
+    PRIMARY KEY (conv_id, seq_hi, sender_uid)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS im_meta (
     name  TEXT NOT NULL PRIMARY KEY,
     value TEXT NOT NULL

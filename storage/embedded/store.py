@@ -26,6 +26,7 @@ from storage.archive.index import (
     FILES_SQL,
     SENT_KEEP_MS,
     SENT_SQL,
+    UNREAD_RUNS_SQL,
     ArchiveFile,
     indexed_files,
 )
@@ -51,6 +52,7 @@ from storage.rules import (
     RecallTarget,
     SendKey,
     append_results,
+    count_in_runs,
     plan_append,
     recall_content,
     recall_refusal,
@@ -744,13 +746,34 @@ class EmbeddedStore:
         """
         su = _s(uid)
         params = (su, device, su, changed_since_ms, a_active, a_active, a_conv, limit + 1)
+        runs_sql = UNREAD_RUNS_SQL.format(p="?")
 
-        def q() -> list[Row]:
-            assert self._rconn is not None
-            return self._rconn.execute(sql, params).fetchall()
+        def q() -> tuple[list[Row], dict[int, int]]:
+            conn = self._rconn
+            assert conn is not None
+            # one snapshot: an archive commit between the hot count and the archived
+            # one would count its batch twice, or not at all
+            conn.execute("BEGIN")
+            try:
+                rows = conn.execute(sql, params).fetchall()
+                archived = {}
+                for r in rows[:limit]:
+                    conv_id, max_seq, read_seq = r[0], r[2], r[3]
+                    if max_seq > read_seq:
+                        found = conn.execute(
+                            runs_sql, (conv_id, read_seq, su, read_seq, max_seq)
+                        ).fetchall()
+                        if found:
+                            archived[conv_id] = count_in_runs(found, read_seq, max_seq)
+            finally:
+                conn.execute("COMMIT")
+            return rows, archived
 
-        rows = await self._r(q)
-        out = [SyncRow(r[0], r[1], r[2], r[3], r[4], r[7], r[5], bool(r[6])) for r in rows[:limit]]
+        rows, archived = await self._r(q)
+        out = [
+            SyncRow(r[0], r[1], r[2], r[3], r[4], r[7] + archived.get(r[0], 0), r[5], bool(r[6]))
+            for r in rows[:limit]
+        ]
         return SyncPage(out, len(rows) > limit)
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:

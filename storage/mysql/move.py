@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 
 # The tables whose rows of a conversation live on the server of its shard.
 COLOCATED: Final = ("im_conversation", "im_conv_seq", "im_conv_member", "im_send_dedup",
-                    "im_delivered", "im_archive", "im_archive_sent")  # fmt: skip
+                    "im_delivered", "im_archive", "im_archive_sent",
+                    "im_archive_unread")  # fmt: skip
 _PAGE: Final = 2000  # rows copied per INSERT
 
 
@@ -108,6 +109,7 @@ _KEYS: Final = {
     "im_delivered": "uid, device, conv_id",
     "im_archive": "conv_id, seq_lo",  # storage/archive: the index travels with the shard
     "im_archive_sent": "sender_uid, client_msg_id",
+    "im_archive_unread": "conv_id, seq_hi, sender_uid",
 }
 
 

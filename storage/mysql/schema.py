@@ -36,10 +36,10 @@ if TYPE_CHECKING:
 # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
 # 5: im_archive, im_archive_sent (storage/archive); 6: im_lease (storage/mysql/lease.py);
 # 7: im_media_upload, im_media_ref (storage/media); 8: im_node_lease.conn_floor;
-# 9: im_revocation (storage/revocations.py). Tables are CREATE ... IF NOT EXISTS, so
-# versions stack: the highest is recorded and every table is created; columns added
-# later are in UPGRADES too.
-SCHEMA_VERSION: Final = 9
+# 9: im_revocation (storage/revocations.py); 10: im_archive_unread (storage/archive).
+# Tables are CREATE ... IF NOT EXISTS, so versions stack: the highest is recorded and
+# every table is created; columns added later are in UPGRADES too.
+SCHEMA_VERSION: Final = 10
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -142,6 +142,19 @@ _TABLES: Final = [
         send_ms       BIGINT NOT NULL,
         PRIMARY KEY (sender_uid, client_msg_id),
         KEY k_send_ms (send_ms)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # What unread counts need of each archived batch (storage/archive/index.py): per file
+    # (by its seq_hi) and sender, the n seqs first_seq..last_seq of the messages that
+    # count (seqs: storage/rules.py). Beside the conversation's messages, as im_archive.
+    """CREATE TABLE IF NOT EXISTS im_archive_unread (
+        conv_id    BIGINT UNSIGNED NOT NULL,
+        seq_hi     BIGINT UNSIGNED NOT NULL,
+        sender_uid BIGINT UNSIGNED NOT NULL,
+        n          INT UNSIGNED NOT NULL,
+        first_seq  BIGINT UNSIGNED NOT NULL,
+        last_seq   BIGINT UNSIGNED NOT NULL,
+        seqs       MEDIUMBLOB NOT NULL,
+        PRIMARY KEY (conv_id, seq_hi, sender_uid)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     MAP_DDL,
     # Media by object key (storage/media/index.py): uploads whose URL was handed out, and

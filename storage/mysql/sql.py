@@ -184,3 +184,19 @@ def unread_counts(table: str, uid: int, ranges: Sequence[tuple[int, int, int]]) 
         f"SELECT conv_id, COUNT(*) FROM {table} WHERE sender_uid<>{int(uid)} AND "
         f"{UNREAD_TYPES} AND ({cond}) GROUP BY conv_id"
     )
+
+
+def archived_unread_runs(uid: int, ranges: Sequence[tuple[int, int, int]]) -> str:
+    """The archived batches' unread runs (im_archive_unread, storage/archive/index.py)
+    of senders other than `uid` reaching into the (conv_id, read_seq, max_seq] ranges;
+    rows: conv_id, n, first_seq, last_seq, seqs (for `storage.rules.count_in_runs`).
+    Range scans of the (conv_id, seq_hi) primary key, from the reader's position up
+    (forced: on a small table MariaDB would rather read it all, and it grows)."""
+    cond = " OR ".join(
+        f"(conv_id={int(c)} AND seq_hi>{int(lo)} AND last_seq>{int(lo)} AND first_seq<={int(hi)})"
+        for c, lo, hi in ranges
+    )
+    return (
+        "SELECT conv_id, n, first_seq, last_seq, seqs FROM im_archive_unread "
+        f"FORCE INDEX (PRIMARY) WHERE sender_uid<>{int(uid)} AND ({cond})"
+    )

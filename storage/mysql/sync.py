@@ -27,6 +27,7 @@ from storage.models import SyncPage, SyncRow
 from storage.mysql import sql
 from storage.mysql.transactions import Cursor, Row, Transactions, next_rows
 from storage.pacing import Pacer
+from storage.rules import count_in_runs
 
 SYNC_BATCH_MAX: Final = 64  # SYNCs per multi-statement query
 SYNC_IN_FLIGHT: Final = 3  # batches out at once
@@ -194,24 +195,47 @@ class SyncBatcher:
         self, cur: Cursor, asks: Sequence[_SyncAsk], pages: Sequence[Sequence[Row]]
     ) -> list[dict[int, int]]:
         """Unread counts of every page: range scans of (conv_id, seq), one query per
-        shard per user, all in one round trip (more only past 1 MiB of SQL)."""
-        statements: list[str] = []
-        owner: list[int] = []  # the ask each statement counts for
+        shard per user, and of the archived batches' unread runs, one per user, all in
+        one round trip (more only past 1 MiB of SQL). The archived runs are read first:
+        a batch archived between the two reads is then missed once, never counted twice
+        (its hot rows are gone when they are counted)."""
+        archived: list[str] = []
+        hot: list[str] = []
+        owner: list[int] = []  # the ask each statement counts for: archived, then hot
+        hot_owner: list[int] = []
+        ranges_of: list[dict[int, tuple[int, int]]] = []  # per ask: conv_id -> range
         for n, (a, rows) in enumerate(zip(asks, pages, strict=True)):
             by_shard: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
             for r in rows[: a.limit]:
                 conv_id, max_seq, read_seq = int(r[0]), int(r[2]), int(r[3])
                 if max_seq > read_seq:
                     by_shard[self._table_of(conv_id)].append((conv_id, read_seq, max_seq))
-            for table, ranges in by_shard.items():
-                statements.append(sql.unread_counts(table, a.uid, ranges))
+            ranges = [x for shard in by_shard.values() for x in shard]
+            ranges_of.append({c: (lo, hi) for c, lo, hi in ranges})
+            if ranges:
+                archived.append(sql.archived_unread_runs(a.uid, ranges))
                 owner.append(n)
+            for table, shard_ranges in by_shard.items():
+                hot.append(sql.unread_counts(table, a.uid, shard_ranges))
+                hot_owner.append(n)
+        n_archived = len(archived)
+        owner += hot_owner
         counts: list[dict[int, int]] = [{} for _ in asks]
         k = 0
-        for query in sql.queries(statements):
+        for query in sql.queries(archived + hot):
             await cur.execute(query)
             for m in range(query.count(";") + 1):
                 rows = await cur.fetchall() if m == 0 else await next_rows(cur)
-                counts[owner[k]].update({int(c): int(n) for c, n in rows})
+                mine = counts[owner[k]]
+                if k < n_archived:
+                    runs: dict[int, list[tuple[int, int, int, bytes]]] = defaultdict(list)
+                    for c, n, first, last, seqs in rows:
+                        runs[int(c)].append((int(n), int(first), int(last), bytes(seqs)))
+                    for c, found in runs.items():
+                        lo, hi = ranges_of[owner[k]][c]
+                        mine[c] = mine.get(c, 0) + count_in_runs(found, lo, hi)
+                else:
+                    for c, n in rows:
+                        mine[int(c)] = mine.get(int(c), 0) + int(n)
                 k += 1
         return counts

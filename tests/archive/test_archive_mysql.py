@@ -178,7 +178,7 @@ async def test_a_recall_that_lands_first_is_archived_as_recalled(
 
 async def test_migrate_adds_the_archive_tables_to_the_previous_schema(mysql_url: str) -> None:
     done = await downgrade_then_migrate(
-        mysql_url, SCHEMA_VERSION - 1, "DROP TABLE im_archive, im_archive_sent"
+        mysql_url, SCHEMA_VERSION - 1, "DROP TABLE im_archive, im_archive_sent, im_archive_unread"
     )
     assert done
     s = MySQLSettings.from_url(mysql_url)
@@ -187,7 +187,8 @@ async def test_migrate_adds_the_archive_tables_to_the_previous_schema(mysql_url:
     try:
         async with conn.cursor() as cur:
             await cur.execute("SHOW TABLES LIKE 'im\\_archive%%'")
-            assert {r[0] for r in await cur.fetchall()} == {"im_archive", "im_archive_sent"}
+            tables = {r[0] for r in await cur.fetchall()}
+            assert tables == {"im_archive", "im_archive_sent", "im_archive_unread"}
     finally:
         conn.close()
 
