@@ -369,8 +369,9 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
 
     try:
         url = args.store or load(config_file=args.config).store_url()
+        remember(url_secrets(url))  # masked in what the command prints
     except ConfigError as e:
-        print(f"imgw db migrate: {e}", file=sys.stderr)
+        print(f"imgw db migrate: {redact_text(str(e))}", file=sys.stderr)
         return 2
     if not url.startswith("mysql://"):
         print(
@@ -387,14 +388,14 @@ def cmd_db_migrate(args: argparse.Namespace) -> int:
         for server in servers:
             server_settings(settings, server)
     except ValueError as e:
-        print(f"imgw db migrate: {e}", file=sys.stderr)
+        print(f"imgw db migrate: {redact_text(str(e))}", file=sys.stderr)
         return 2
     if args.shards is not None:
         settings = dataclasses.replace(settings, shards=args.shards)
     try:
         done = asyncio.run(migrate(settings, servers or None))
     except (ValueError, StoreUnavailable) as e:
-        print(f"imgw db migrate: {e}", file=sys.stderr)
+        print(f"imgw db migrate: {redact_text(str(e))}", file=sys.stderr)
         return 1
     for line in done:
         print(f"{settings.database}: {line}")
@@ -454,15 +455,17 @@ def cmd_db_add_server(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.grace) and args.grace >= 0):
         return _usage_error("db add-server", "--grace must be a number of seconds >= 0")
 
+    remember(url_secrets(args.url))
+
     def log(line: str) -> None:
-        print(line, flush=True)
+        print(redact_text(line), flush=True)
 
     try:
         lines = asyncio.run(
             add_server(settings, args.url, take=args.take, grace_s=args.grace, log=log)
         )
     except (ValueError, RuntimeError, StoreUnavailable) as e:
-        print(f"imgw db add-server: {e}", file=sys.stderr)
+        print(f"imgw db add-server: {redact_text(str(e))}", file=sys.stderr)
         return 1
     print("\n".join(lines))
     return 0
