@@ -50,9 +50,13 @@ MIN_READ_RATE: Final = 1024  # bytes/s: a peer this slow still gets its last fra
 MAX_CLOSE_GRACE_S: Final = 300.0
 LOGIN_WORK_FACTOR: Final = 3  # a received LOGIN's time to complete, in login_timeouts
 CORK_MAX_S: Final = 0.2  # the longest send_ahead holds a frame for the next answer
-# Over its op budget, a connection is not read for this long (TCP slows the client), so
-# a flood costs the node at most one read buffer of frames per pause.
-OVER_BUDGET_PAUSE_S: Final = 0.5
+# Frames decoded at a time. Over its op budget a connection stops there: the rest of the
+# read waits undecoded (counted with unfinished frames against max_partial_bytes), and it
+# is not read until its uid's bucket holds READ_BATCH tokens again (TCP slows the
+# client), so a flood costs the node at most READ_BATCH frames per refill, not a read
+# buffer (256 KiB: ~37,000 TYPING frames).
+READ_BATCH: Final = 32
+MAX_OVER_BUDGET_PAUSE_S: Final = 2.0  # a pause never keeps a client's PINGs unread longer
 _UNBUDGETED: Final = frozenset({Ping, Send, Login, Logout})  # SEND has its own limit
 _OVER_BUDGET: Final = "too many requests; slow down"
 _NO_CAPS: Final[frozenset[str]] = frozenset()
@@ -89,6 +93,7 @@ class Hub(Services, Protocol):
     backlog: dict[Connection, Backlog]
     corked: dict[Connection, bytes]  # frames held by send_ahead for the next answer
     held: set[Connection]  # not read: send backpressure
+    penalized: set[Connection]  # not read: over the op budget, until _end_penalty
     accepting: bool  # False while draining
     op_limiter: UidRateLimiter
     typing_limiter: UidRateLimiter
@@ -256,40 +261,70 @@ class Connection(asyncio.Protocol):
         if data == _PING and decoder is None and self.state == State.ACTIVE:
             self.write(_PONG)  # a heartbeat alone in its read, the common case: no decoding
             return
-        held = 0
-        if decoder is None:
-            # Whole frames are decoded by the node's shared decoder, which then holds
-            # nothing: an idle connection owns no decoder (72 bytes each). A read that
-            # ends inside a frame leaves that decoder with the partial frame: this
-            # connection keeps it, and the node takes a fresh one.
-            decoder = node.decoder  # always clean: a partial or failed one is replaced below
-        else:
-            held = decoder.buffered
-        try:
-            frames = decoder.feed(data)
-        except FrameError as e:
-            if decoder is node.decoder:
-                node.decoder = node.new_decoder()  # a failed decoder stays failed
+        # READ_BATCH frames at a time, until none is left or the connection stops reading
+        # (over its budget: the rest waits undecoded, and _decode_ahead goes on with it)
+        while True:
+            decoder = self.decoder
+            held = 0
+            if decoder is None:
+                # Whole frames are decoded by the node's shared decoder, which then holds
+                # nothing: an idle connection owns no decoder (72 bytes each). A read that
+                # ends inside a frame (or stops at READ_BATCH while not read) leaves that
+                # decoder with the rest: this connection keeps it, and the node takes a
+                # fresh one.
+                decoder = node.decoder  # always clean: a partial or failed one is replaced
             else:
-                node.partial_bytes -= held
-                self.decoder = None
-            for frame in e.frames:
+                held = decoder.buffered
+            try:
+                frames = decoder.feed(data, READ_BATCH)
+            except FrameError as e:
+                if decoder is node.decoder:
+                    node.decoder = node.new_decoder()  # a failed decoder stays failed
+                else:
+                    node.partial_bytes -= held
+                    self.decoder = None
+                for frame in e.frames:
+                    self._accept(frame)
+                self.fail(e.code, str(e))
+                return
+            if buffered := decoder.buffered:
+                if decoder is node.decoder:
+                    self.decoder, node.decoder = decoder, node.new_decoder()
+                if decoder.ahead:  # whole frames wait: no frame deadline, the client is done
+                    if not self.unfinished_frame(buffered - held, False):
+                        return
+                    if self.state == State.ACTIVE:
+                        self.phase_deadline = 0.0
+                # the unfinished frame started in this read, or none had a deadline yet
+                elif not self.unfinished_frame(
+                    buffered - held, bool(frames) or not self.phase_deadline
+                ):
+                    return
+            elif decoder is self.decoder:
+                self.decoder = None  # the frame completed: back to owning none
+                self.frame_finished(held)
+            for frame in frames:
+                if self.state >= State.CLOSING:
+                    return
                 self._accept(frame)
-            self.fail(e.code, str(e))
-            return
-        if buffered := decoder.buffered:
-            if decoder is node.decoder:
-                self.decoder, node.decoder = decoder, node.new_decoder()
-            # the unfinished frame started in this read, or none had a deadline yet
-            if not self.unfinished_frame(buffered - held, bool(frames) or not self.phase_deadline):
+            # Within budget the next batch follows (at most a read's frames in all).
+            if not decoder.ahead or self.state >= State.CLOSING or self.paused:
                 return
-        elif decoder is self.decoder:
-            self.decoder = None  # the frame completed: back to owning none
-            self.frame_finished(held)
-        for frame in frames:
-            if self.state >= State.CLOSING:
-                return
-            self._accept(frame)
+            data = b""
+
+    def _decode_ahead(self) -> None:
+        """Reading resumed: decode the frames that waited, unless paused again since."""
+        decoder = self.decoder
+        if decoder is not None and decoder.ahead and self.state < State.CLOSING and not self.paused:
+            self.data_received(b"")
+
+    def _resume(self) -> None:
+        """Read again; the frames that wait undecoded go first, in the next iteration."""
+        transport = self.transport
+        assert transport is not None
+        transport.resume_reading()  # (a draining node resumes nothing: see callers)
+        if self.decoder is not None and self.decoder.ahead:
+            self.node.loop.call_soon(self._decode_ahead)
 
     def unfinished_frame(self, grown: int, started: bool) -> bool:
         """The transport holds `grown` more bytes of an unfinished frame (TCP: in this
@@ -390,17 +425,21 @@ class Connection(asyncio.Protocol):
     def _within_budget(self, frame: Frame | Invalid) -> bool:
         """Draw on the uid's op budget (and TYPING on its own). Over the op budget a
         request is answered `rate_limited` (TYPING is dropped) and the connection is not
-        read for OVER_BUDGET_PAUSE_S; the refusals of one read go out in one write, so a
-        flood costs one write per read, not one per frame."""
+        read until the budget holds READ_BATCH tokens again (at most
+        MAX_OVER_BUDGET_PAUSE_S): what the read brought beyond the current batch waits
+        undecoded. The refusals of one batch go out in one write."""
         node = self.node
         uid = self.uid
-        if not node.op_limiter.take(uid):
+        limiter = node.op_limiter
+        if not limiter.take(uid):
             node.metrics.ops_limited.labels(why="budget").inc()
             if type(frame) is not Typing:
                 rid = getattr(frame, "rid", 0)
                 node.write_soon(self, encode(Error(rid, int(ErrorCode.RATE_LIMITED), _OVER_BUDGET)))
             if self.hold_reading():
-                node.loop.call_later(OVER_BUDGET_PAUSE_S, self._end_penalty)
+                node.penalized.add(self)
+                pause = min(limiter.wait_s(uid, READ_BATCH), MAX_OVER_BUDGET_PAUSE_S)
+                node.loop.call_later(pause, self._end_penalty)
             return False
         if type(frame) is Typing and not node.typing_limiter.take(uid):
             node.metrics.ops_limited.labels(why="typing").inc()
@@ -408,6 +447,7 @@ class Connection(asyncio.Protocol):
         return True
 
     def _end_penalty(self) -> None:
+        self.node.penalized.discard(self)
         if self not in self.node.held:  # send backpressure releases it itself
             self.release_reading()
 
@@ -428,11 +468,12 @@ class Connection(asyncio.Protocol):
             or transport is None
             or self.state >= State.CLOSING
             or not self.node.accepting
+            or self in self.node.penalized  # _end_penalty releases it
         ):
             return
         if self.inbox and len(self.inbox) >= self.node.config.max_inflight_requests // 2:
             return  # _drain resumes it when the queue is down
-        transport.resume_reading()
+        self._resume()
 
     async def _drain(self) -> None:
         """Handle queued requests one at a time, in arrival order."""
@@ -451,9 +492,9 @@ class Connection(asyncio.Protocol):
                     and self.state < State.CLOSING
                     and self.node.accepting
                     and self not in self.node.held
+                    and self not in self.node.penalized
                 ):
-                    assert self.transport is not None
-                    self.transport.resume_reading()
+                    self._resume()
         finally:
             self.task = None
             self.inbox = None  # an idle connection holds no queue (a deque is ~760 bytes)

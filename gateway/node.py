@@ -133,6 +133,7 @@ class Node:
             check=None if self.check is None else self.check.check,
         )
         self.held: set[Connection] = set()  # not read: send backpressure
+        self.penalized: set[Connection] = set()  # not read: over the op budget
         # Decodes the whole frames of every connection (see Connection.data_received).
         self.decoder = self.new_decoder()
         self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection
@@ -281,6 +282,7 @@ class Node:
         self.open_count -= 1
         self.metrics.connections.dec()
         self.held.discard(conn)
+        self.penalized.discard(conn)
         if (ip := self._ip_of.pop(conn, None)) is not None:
             n = self._per_ip.get(ip, 1) - 1
             if n:

@@ -38,6 +38,16 @@ class UidRateLimiter:
             spent[uid] = spent.get(uid, 0) + 1
         return True
 
+    def wait_s(self, uid: int, tokens: float) -> float:
+        """Seconds until the uid's bucket holds `tokens` (at most a full bucket)."""
+        now = self._clock()
+        have, at = self._buckets.get(uid, (self._burst, now))
+        have = min(self._burst, have + (now - at) * self._rate)
+        need = min(self._burst, tokens) - have
+        if need <= 0:
+            return 0.0
+        return need / self._rate if self._rate > 0 else float("inf")
+
     def refund(self, uid: int) -> None:
         """Give back a token taken for a send that stored nothing (a duplicate resend)."""
         entry = self._buckets.get(uid)

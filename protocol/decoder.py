@@ -1,7 +1,10 @@
 """Incremental, sans-I/O decoder: bytes in, typed frames out (docs/protocol.md, Frames).
 
 `FrameDecoder.feed` takes whatever the transport read and returns every frame it
-completes. Three outcomes per frame:
+completes, or at most `limit` of them: the rest stays buffered, undecoded, and
+`feed(b"", limit)` goes on with it (`ahead` says whether a whole frame waits). A server
+stops there when a client is over its budget, so one read of tiny frames costs it a
+bounded number of frames, not every frame in the read. Three outcomes per frame:
 
 * a typed frame (`protocol.frames`) of the direction this side accepts;
 * `Invalid` (UNKNOWN_OP or BAD_REQUEST): answer with an ERROR, keep the connection;
@@ -9,11 +12,13 @@ completes. Three outcomes per frame:
   Frames completed earlier in the same `feed` ride on the exception as `.frames`.
   The decoder is dead afterwards: every later `feed` raises again.
 
-Memory: an idle decoder holds no buffer. Only the tail of a partial frame is kept
-between calls, and a frame's LEN is checked as soon as its 4 header bytes are in, so
-the decoder never holds more than ``max_frame + 4`` bytes. Whole frames are decoded
-straight from the caller's chunk; each byte is copied at most once into the
-buffer, so total work is O(bytes fed) whatever the chunking.
+Memory: an idle decoder holds no buffer. Without a limit only the tail of a partial
+frame is kept between calls, and a frame's LEN is checked as soon as its 4 header bytes
+are in, so the decoder never holds more than ``max_frame + 4`` bytes; a feed stopped at
+its limit also keeps what it did not decode (the caller bounds that: it stops reading).
+Whole frames are decoded straight from the caller's chunk; each byte is copied at most
+once into the buffer (and a partial tail at most once more), so total work is
+O(bytes fed) whatever the chunking.
 """
 
 from __future__ import annotations
@@ -112,7 +117,7 @@ def _decode_body(body: Data, parsers: _Parsers, side: Side) -> Decoded:
 class FrameDecoder:
     """Splits a byte stream into frames and decodes them; one per connection."""
 
-    __slots__ = ("_buf", "_failure", "_max_frame", "_parsers", "_side")
+    __slots__ = ("_buf", "_failure", "_max_frame", "_parsers", "_side", "_start", "ahead")
 
     def __init__(self, *, max_frame: int = MAX_FRAME_DEFAULT, side: Side) -> None:
         if not 1 <= max_frame <= 0xFFFFFFFF:
@@ -120,7 +125,13 @@ class FrameDecoder:
         self._max_frame = max_frame
         self._side = side
         self._parsers = _PARSERS[side]
-        self._buf: bytearray | None = None  # partial frame (header included), never empty
+        # Undecoded bytes from _start on, never empty: a partial frame (header included,
+        # _start 0), or, after a feed stopped at its limit (ahead), whole frames first.
+        self._buf: bytearray | None = None
+        self._start = 0
+        # A feed stopped at its limit before a whole frame (or a LEN it will refuse):
+        # `feed(b"")` goes on with it. Read-only outside.
+        self.ahead = False
         self._failure: tuple[ErrorCode, str] | None = None
 
     @property
@@ -133,16 +144,18 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        """Bytes of a partial frame held until more data arrives."""
-        return 0 if self._buf is None else len(self._buf)
+        """Bytes held: a partial frame until more data arrives, and after a feed that
+        stopped at its limit, the whole frames it did not decode."""
+        return 0 if self._buf is None else len(self._buf) - self._start
 
     @property
     def failed(self) -> bool:
         """Whether a FrameError was raised (the decoder accepts nothing more)."""
         return self._failure is not None
 
-    def feed(self, data: Data) -> list[Decoded]:
-        """Append `data`; return the frames it completes, in order.
+    def feed(self, data: Data, limit: int = 0) -> list[Decoded]:
+        """Append `data`; return the frames it completes, in order: at most `limit` of
+        them when `limit` > 0 (the rest is kept; see `ahead`).
 
         Raises `FrameError` on a framing error; its `.frames` holds the frames this
         call completed before the error.
@@ -152,14 +165,18 @@ class FrameDecoder:
             raise FrameError(code, f"decoder already failed: {message}")
         frames: list[Decoded] = []
         try:
+            if self.ahead:
+                return self._feed_ahead(data, frames, limit)
             pos = 0
             if self._buf is not None:
                 pos = self._finish_partial(data, frames)
                 if self._buf is not None:
                     return frames  # `data` went into the still partial frame
-            # Decode whole frames straight from `data`; only a partial tail is copied.
+            # Decode whole frames straight from `data`; only the rest is copied. (The
+            # loop of _split, inlined: this is every read's path.)
             end = len(data)
-            while end - pos >= HEADER_SIZE:
+            most = limit or -1
+            while end - pos >= HEADER_SIZE and len(frames) != most:
                 size: int = _unpack_len(data, pos)[0]
                 if size == 0 or size > self._max_frame:
                     raise self._bad_len(size)
@@ -172,11 +189,54 @@ class FrameDecoder:
                 pos = stop
             if pos < end:
                 self._buf = bytearray(memoryview(data)[pos:])
+                self.ahead = 0 < limit <= len(frames) and self._whole_at(self._buf, 0)
         except FrameError as exc:
             self._buf = None
+            self.ahead = False
             self._failure = (exc.code, str(exc))  # not exc: its traceback pins `data`
             exc.frames = frames
             raise
+        return frames
+
+    def _split(self, data: Data, pos: int, frames: list[Decoded], limit: int) -> int:
+        """Decode the whole frames of `data` from `pos` on (at most `limit` in `frames`
+        when `limit` > 0); return where the first one not decoded starts."""
+        end = len(data)
+        most = limit or -1
+        while end - pos >= HEADER_SIZE and len(frames) != most:
+            size: int = _unpack_len(data, pos)[0]
+            if size == 0 or size > self._max_frame:
+                raise self._bad_len(size)
+            stop = pos + HEADER_SIZE + size
+            if stop > end:
+                break
+            frames.append(_decode_body(data[pos + HEADER_SIZE : stop], self._parsers, self._side))
+            pos = stop
+        return pos
+
+    def _whole_at(self, buf: Data, pos: int) -> bool:
+        """A whole frame (or a LEN the next feed refuses) starts at `pos` of `buf`."""
+        if len(buf) - pos < HEADER_SIZE:
+            return False
+        size: int = _unpack_len(buf, pos)[0]
+        return size == 0 or size > self._max_frame or len(buf) - pos >= HEADER_SIZE + size
+
+    def _feed_ahead(self, data: Data, frames: list[Decoded], limit: int) -> list[Decoded]:
+        """`feed` while whole frames wait in the buffer: `data` goes behind them."""
+        buf = self._buf
+        assert buf is not None
+        if data:
+            buf += data
+        view = memoryview(buf)
+        try:
+            pos = self._split(view, self._start, frames, limit)
+            if pos < len(buf) and 0 < limit <= len(frames) and self._whole_at(view, pos):
+                self._start = pos  # still ahead: no copy
+                return frames
+            rest = bytearray(view[pos:]) if pos < len(buf) else None
+        finally:
+            view.release()
+        self._buf, self._start, self.ahead = rest, 0, False  # at most a partial frame
         return frames
 
     def _finish_partial(self, data: Data, frames: list[Decoded]) -> int:

@@ -13,8 +13,9 @@ import msgpack
 import pytest
 
 from gateway.config import Config
-from gateway.connection import CLOSE_GRACE_S, Connection, State
+from gateway.connection import CLOSE_GRACE_S, READ_BATCH, Connection, State
 from gateway.node import Node
+from gateway.ratelimit import UidRateLimiter
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
 from protocol.frames import (
@@ -211,6 +212,56 @@ async def test_over_the_op_budget_requests_are_refused_and_reading_pauses(node: 
     refused = [f for f in frames if isinstance(f, Error)]
     assert refused and all(f.code == ErrorCode.RATE_LIMITED for f in refused)
     assert refused[0].rid == burst + 1
+
+
+async def answers(t: FakeTransport, n: int) -> list[ServerFrame]:
+    """The next `n` frames the connection writes (its requests run as tasks)."""
+    got: list[ServerFrame] = []
+    for _ in range(200):
+        got += frames_of(t)
+        if len(got) >= n:
+            break
+        await asyncio.sleep(0.01)
+    return got
+
+
+async def test_over_the_op_budget_the_rest_of_a_read_waits_undecoded(node: Node) -> None:
+    """A read of 5,000 requests costs the node READ_BATCH of them while the uid is over
+    its budget: the rest waits as bytes (counted with unfinished frames), and is read,
+    in order, once the budget has refilled: after READ_BATCH tokens' worth of refill
+    (here 20 tokens at 100/s: 0.2 s), not after a fixed pause."""
+    node.op_limiter = UidRateLimiter(burst=20, rate=100.0, clock=node.loop.time)
+    conn, t = await logged_in(node)
+    requests = [encode(Presence(i + 1, (1,))) for i in range(5000)]
+    conn.data_received(b"".join(requests))
+    assert not t.reading
+    assert conn.decoder is not None and conn.decoder.ahead
+    assert conn.decoder.buffered == sum(map(len, requests[READ_BATCH:]))  # not decoded
+    assert node.partial_bytes == conn.decoder.buffered
+    first = await answers(t, READ_BATCH)
+    assert len(first) == READ_BATCH  # 20 answered, 12 refused: nothing more decoded
+    assert sum(isinstance(f, Error) for f in first) == READ_BATCH - 20
+    assert not t.reading and t.pauses == 1
+    started = node.loop.time()
+    more = await answers(t, READ_BATCH)
+    assert 0.15 <= node.loop.time() - started <= 0.45  # 20 tokens at 100/s
+    assert t.pauses == 2  # the next batch ran out again
+    rids = [getattr(f, "rid", 0) for f in more]
+    assert len(more) == READ_BATCH and min(rids) == READ_BATCH + 1  # in order, behind
+    assert sum(isinstance(f, Error) for f in more) <= READ_BATCH - 19
+    assert node.partial_bytes == sum(map(len, requests[2 * READ_BATCH :]))
+
+
+async def test_a_flood_paused_with_requests_queued_stays_paused(node: Node) -> None:
+    """Answering the requests queued before the budget ran out does not end its pause."""
+    node.op_limiter = UidRateLimiter(burst=20, rate=1.0, clock=node.loop.time)
+    conn, t = await logged_in(node)
+    conn.data_received(b"".join(encode(Presence(i + 1, (1,))) for i in range(1000)))
+    await answers(t, READ_BATCH)
+    await asyncio.sleep(0.1)
+    assert not t.reading and conn in node.penalized
+    conn.connection_lost(None)
+    assert conn not in node.penalized and node.partial_bytes == 0
 
 
 async def test_a_frame_over_max_frame_closes_with_bad_frame(node: Node) -> None:
