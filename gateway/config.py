@@ -89,7 +89,11 @@ class Config:
     max_partial_bytes: int = 64 << 20  # unfinished frames held by all connections together
     max_content: int = MAX_CONTENT_DEFAULT
     max_connections: int = 1_000_000
-    max_connections_per_ip: int = 0  # 0 = unlimited (load tests come from one IP)
+    # Client connections from one IP address (0 = unlimited): above the 18,000 of one
+    # `imgw bench` generator process (each has its own 127.x address), far below a node.
+    max_connections_per_ip: int = 20_000
+    # Logged-in connections (devices) of one uid on this node (0 = unlimited).
+    max_connections_per_uid: int = 16
     # Plain-TCP client connections as bare file descriptors ("fd", gateway/fdtransport.py:
     # ~530 bytes fewer an idle connection), or on uvloop's transports ("uvloop", the
     # default until session 13). TLS connections are always on uvloop's.
@@ -357,8 +361,8 @@ _POSITIVE: Final = (
     "check_timeout_ms",
 )  # fmt: skip
 _NOT_NEGATIVE: Final = (
-    "max_connections_per_ip", "token_leeway", "batch_delay_ms", "batch_wait_ms",
-    "media_max_connections_per_ip",
+    "max_connections_per_ip", "max_connections_per_uid", "token_leeway", "batch_delay_ms",
+    "batch_wait_ms", "media_max_connections_per_ip",
 )  # fmt: skip
 
 

@@ -146,6 +146,7 @@ class Connection(asyncio.Protocol):
         "last_renew",
         "last_rx",
         "node",
+        "peer_ip",
         "phase_deadline",
         "route",
         "state",
@@ -172,6 +173,7 @@ class Connection(asyncio.Protocol):
         self.inbox: deque[ClientFrame] | None = None
         self.task: asyncio.Task[None] | None = None
         self.caps: frozenset[str] = _NO_CAPS  # the known capabilities its LOGIN listed
+        self.peer_ip = ""  # with max_connections_per_ip only (the node counts by it)
 
     # -- identity -----------------------------------------------------------------------
 
@@ -240,7 +242,7 @@ class Connection(asyncio.Protocol):
         peer_ip = ""
         if node.config.max_connections_per_ip:  # only then is the address worth its bytes
             peer = transport.get_extra_info("peername")
-            peer_ip = peer[0] if peer else ""
+            peer_ip = sys.intern(peer[0]) if peer else ""  # one string an address
         conn_id = node.admit(self, peer_ip)
         if not conn_id:
             transport.abort()

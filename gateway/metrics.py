@@ -39,6 +39,13 @@ class Metrics:
         r = self.registry = CollectorRegistry()
         self.connections = Gauge("imgw_connections", "Open TCP connections", registry=r)
         self.sessions = Gauge("imgw_sessions", "Logged-in connections", registry=r)
+        self.refused = Counter(
+            "imgw_connections_refused",
+            "Connections refused: too many from one IP (per_ip), or LOGINs of a uid with "
+            "too many connections (per_uid)",
+            ["why"],
+            registry=r,
+        )
         # set from the node by watch_admission (gateway.admin, beside /readyz)
         self.ready = Gauge(
             "imgw_ready", "1 while /readyz answers 200 (taking clients), 0 draining", registry=r

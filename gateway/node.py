@@ -27,7 +27,7 @@ from gateway.media import Media
 from gateway.metrics import Metrics
 from gateway.notify import Notifier
 from gateway.outbox import OutboxKeeper
-from gateway.ports import Session
+from gateway.ports import Session, TooManyConnections
 from gateway.ratelimit import SharedBudgets, UidRateLimiter
 from gateway.routewatch import RouteWatch
 from gateway.wheel import TimingWheel
@@ -140,8 +140,8 @@ class Node:
         self.by_device: dict[tuple[int, str], Connection] = {}
         self.open_count = 0
         self.partial_bytes = 0  # unfinished frames held by connections (max_partial_bytes)
-        self._per_ip: dict[str, int] = {}
-        self._ip_of: dict[Connection, str] = {}  # with max_connections_per_ip only
+        self._per_ip: dict[str, int] = {}  # with max_connections_per_ip (Connection.peer_ip)
+        self._per_uid: dict[int, int] = {}  # sessions and logins under way, by uid
         # Connection ids are unique across restarts of a node with the same node id, so a
         # route left in Redis by the previous process never names a new connection.
         self._next_conn_id = time.time_ns() // 1000
@@ -243,9 +243,10 @@ class Node:
         if cfg.max_connections_per_ip:
             n = self._per_ip.get(peer_ip, 0)
             if n >= cfg.max_connections_per_ip:
+                self.metrics.refused.labels(why="per_ip").inc()
                 return 0
             self._per_ip[peer_ip] = n + 1
-            self._ip_of[conn] = peer_ip  # only then: a slot in every connection otherwise
+            conn.peer_ip = peer_ip
         self.open_count += 1
         self._next_conn_id += 1
         self.metrics.connections.inc()
@@ -283,7 +284,7 @@ class Node:
         self.metrics.connections.dec()
         self.held.discard(conn)
         self.penalized.discard(conn)
-        if (ip := self._ip_of.pop(conn, None)) is not None:
+        if ip := conn.peer_ip:
             n = self._per_ip.get(ip, 1) - 1
             if n:
                 self._per_ip[ip] = n
@@ -299,6 +300,8 @@ class Node:
         del self.sessions[conn.conn_id]
         self.metrics.sessions.dec()
         route = conn.route
+        if route is not None:
+            self._uid_left(route.uid)
         if route is not None and self.by_device.get((route.uid, route.device)) is conn:
             del self.by_device[(route.uid, route.device)]
         return True
@@ -316,6 +319,34 @@ class Node:
 
     async def open_session(
         self, conn: Connection, uid: int, device: str, exp: int, iat: int | None = None
+    ) -> Route | None:
+        """`_open_session`, within max_connections_per_uid: a uid's logins under way count
+        with its sessions (decided before the first await, so that logins sent at once
+        cannot all pass); a login of a device online already replaces it, so it passes.
+        TooManyConnections when over."""
+        cap = self.config.max_connections_per_uid
+        n = self._per_uid.get(uid, 0)
+        if cap and n >= cap and (uid, device) not in self.by_device:
+            self.metrics.refused.labels(why="per_uid").inc()
+            raise TooManyConnections(f"too many connections for uid {uid} (at most {cap})")
+        self._per_uid[uid] = n + 1
+        route = None
+        try:
+            route = await self._open_session(conn, uid, device, exp, iat)
+        finally:
+            if route is None:
+                self._uid_left(uid)
+        return route
+
+    def _uid_left(self, uid: int) -> None:
+        n = self._per_uid.get(uid, 1) - 1
+        if n > 0:
+            self._per_uid[uid] = n
+        else:
+            self._per_uid.pop(uid, None)
+
+    async def _open_session(
+        self, conn: Connection, uid: int, device: str, exp: int, iat: int | None
     ) -> Route | None:
         """Install the route of `conn`'s verified LOGIN and register it as a session
         here; the previous connection of the same device, here or on another node, is

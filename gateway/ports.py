@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from storage.ports import ChatStore, RouteStore
 
 
+class TooManyConnections(Exception):
+    """A LOGIN would take its uid past max_connections_per_uid on this node."""
+
+
 class Session(Protocol):
     """One client connection, as the code that answers its requests sees it."""
 

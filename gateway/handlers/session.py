@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from gateway.ports import TooManyConnections
 from protocol.frames import Login, LoginOk, Logout, Ping, Pong
 from protocol.ops import KNOWN_CAPS, PROTOCOL_VERSION, ErrorCode
 from protocol.token import DEVICE_RE, TokenError, verify_token
@@ -52,6 +53,10 @@ async def login(node: Services, conn: Session, f: Login) -> None:
         caps = _CAPS.setdefault(known, known)
     try:
         opened = await conn.log_in(f.uid, f.device, claims.exp, claims.iat, caps)
+    except TooManyConnections as e:
+        node.metrics.logins.labels(result="too_many").inc()
+        conn.fail(ErrorCode.RATE_LIMITED, str(e), f.rid)
+        return
     except Revoked:
         node.metrics.logins.labels(result="auth_failed").inc()
         node.log.info("login refused", uid=f.uid, device=f.device, reason="revoked")

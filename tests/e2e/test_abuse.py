@@ -19,6 +19,7 @@ from protocol.frames import (
     Error,
     GroupCreate,
     GroupMembers,
+    Login,
     Ok,
     OpenP2P,
     Ping,
@@ -32,7 +33,7 @@ from protocol.frames import (
 )
 from protocol.ops import ErrorCode
 from tests.conftest import StartGateway
-from tests.support.wire import Wire
+from tests.support.wire import Wire, token
 
 pytestmark = pytest.mark.websocket
 
@@ -216,3 +217,20 @@ async def test_p2p_quota_allows_existing_conversations(start_gateway: StartGatew
     five = await Wire.login(gw.port, 5, "d")
     assert await five.error(OpenP2P(0, 1)) == ErrorCode.FORBIDDEN  # the peer is full
     assert await gw.node.store.find_p2p(1, 4) is None  # type: ignore[union-attr]
+
+
+@pytest.mark.backends("embedded")
+async def test_a_uid_gets_at_most_max_connections_per_uid_logged_in(
+    start_gateway: StartGateway,
+) -> None:
+    gw = await start_gateway(max_connections_per_uid=4)
+    online = [await Wire.login(gw.port, 1, f"d{i}") for i in range(4)]
+    fifth = await Wire.open(gw.port)
+    refused = await fifth.request(Login(0, 1, 1, "d4", token(1, "d4")))
+    assert isinstance(refused, Error) and refused.code == ErrorCode.RATE_LIMITED
+    await fifth.closed()
+    await Wire.login(gw.port, 1, "d0")  # a device online already logs in again
+    await Wire.login(gw.port, 2, "d0")  # other uids are not concerned
+    await online[1].close()
+    await asyncio.sleep(0.1)
+    await Wire.login(gw.port, 1, "d4")  # a place came free

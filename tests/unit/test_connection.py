@@ -264,6 +264,62 @@ async def test_a_flood_paused_with_requests_queued_stays_paused(node: Node) -> N
     assert conn not in node.penalized and node.partial_bytes == 0
 
 
+async def log_in(node: Node, uid: int, device: str) -> tuple[Connection, FakeTransport]:
+    conn, t = connect(node)
+    conn.data_received(encode(Login(1, 1, uid, device, token(uid, device))))
+    for _ in range(100):
+        if conn.active or conn.state >= State.CLOSING:
+            break
+        await asyncio.sleep(0.01)
+    return conn, t
+
+
+async def test_a_uid_has_at_most_max_connections_per_uid(node: Node) -> None:
+    node.config = dataclasses.replace(node.config, max_connections_per_uid=2)
+    first, _ = await log_in(node, 7, "a")
+    second, _ = await log_in(node, 7, "b")
+    third, t = await log_in(node, 7, "c")
+    assert first.active and second.active and not third.active
+    (err,) = frames_of(t)
+    assert isinstance(err, Error) and err.code == ErrorCode.RATE_LIMITED and err.rid == 1
+    assert t.closed
+    again, _ = await log_in(node, 7, "b")  # a device online already: replaces itself
+    assert again.active and second.state >= State.CLOSING
+    other, _ = await log_in(node, 8, "a")  # another uid is not concerned
+    assert other.active
+    first.connection_lost(None)
+    fourth, _ = await log_in(node, 7, "c")  # a place came free
+    assert fourth.active
+
+
+async def test_logins_sent_at_once_cannot_all_pass_the_uid_cap(node: Node) -> None:
+    node.config = dataclasses.replace(node.config, max_connections_per_uid=3)
+    conns = [connect(node) for _ in range(10)]
+    for i, (conn, _) in enumerate(conns):  # all before any route is written
+        conn.data_received(encode(Login(1, 1, 7, f"d{i}", token(7, f"d{i}"))))
+    for _ in range(100):
+        if all(c.active or c.state >= State.CLOSING for c, _ in conns):
+            break
+        await asyncio.sleep(0.01)
+    assert sum(c.active for c, _ in conns) == 3
+
+
+async def test_connections_per_ip_are_capped(node: Node) -> None:
+    node.config = dataclasses.replace(node.config, max_connections_per_ip=2)
+    a, _ = connect(node)
+    connect(node)
+    refused, t = connect(node)
+    assert t.aborted and refused.conn_id == 0
+    a.connection_lost(None)
+    admitted, t = connect(node)
+    assert admitted.conn_id and not t.aborted
+
+
+def test_the_defaults_cap_connections_per_uid_and_per_ip() -> None:
+    config = Config(port=0)
+    assert config.max_connections_per_uid == 16 and config.max_connections_per_ip == 20_000
+
+
 async def test_a_frame_over_max_frame_closes_with_bad_frame(node: Node) -> None:
     conn, t = await logged_in(node)
     too_big = node.config.max_frame + 1
