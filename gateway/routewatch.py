@@ -16,6 +16,8 @@ whatever the number of connections. Then:
   `sync_hint_spread_s`, so that what was committed while the routes were gone is pulled;
 - the check failed, or a fan-out lookup failed since the last good check: pushes were
   dropped, so once a check succeeds again every session is sent SYNC_HINT the same way.
+  A check that failed while the node's own event loop was late (storage/looplag.py) is
+  overload, not an outage: nothing was dropped by it, and no SYNC_HINT follows.
 
 The hints go out only after the re-registration finished, so a message committed after a
 client's SYNC is pushed to it. A loss noticed while a recovery is still running is
@@ -30,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 from gateway.periodic import Periodic
+from storage.looplag import overloaded
 from storage.models import Route
 from storage.ports import RouteStore
 
@@ -91,6 +94,13 @@ class RouteWatch:
         try:
             lost = await self._routes.mark(self._node_id)
         except Exception as e:
+            if overloaded():
+                # This node is too late to tell (its own loop is behind, not the route
+                # store): no push was lost to this check, and hinting every session
+                # would add to the overload. Fan-out lookups that failed say so
+                # themselves (fanout_failed).
+                self._log.warning("route check failed while this node is overloaded", error=repr(e))
+                return
             if not self._missed:
                 self._log.warning("route store unreachable; pushes may be missed", error=repr(e))
             self._missed = True

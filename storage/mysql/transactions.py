@@ -23,6 +23,7 @@ from asyncmy.cursors import Cursor
 from asyncmy.pool import Pool
 
 from storage.errors import StoreUnavailable
+from storage.looplag import Deadline
 from storage.mysql.settings import MySQLSettings
 from storage.mysql.sql import Row
 
@@ -158,7 +159,7 @@ class Transactions:
         try:
             # no wait_for: its task would cost a loop iteration on every checkout, and the
             # pool hands out a free connection without awaiting anything
-            async with asyncio.timeout(self.settings.timeout_s):
+            async with Deadline(self.settings.timeout_s):
                 conn = await pool.acquire()
         except (db_errors.Error, OSError, TimeoutError) as e:
             raise StoreUnavailable(f"MySQL unavailable: {e!r}") from e
@@ -199,7 +200,8 @@ class Transactions:
             try:
                 async with self._conn() as conn, conn.cursor() as cur:
                     try:
-                        async with asyncio.timeout(self.settings.timeout_s):
+                        # more time while the node itself is late (storage/looplag.py)
+                        async with Deadline(self.settings.timeout_s):
                             if not tx:
                                 return await body(cur)
                             if not own_tx:  # else the body's queries begin it

@@ -2,7 +2,8 @@
 
 Every operation of the Redis adapters runs inside `async with unavailable(what, limit_s)`,
 which bounds it as a whole (one timer per operation: redis-py's own per-reply timer, one
-per command of a pipeline, cost 6 % of a worker's CPU at 4,000 msg/s). Connection refused
+per command of a pipeline, cost 6 % of a worker's CPU at 4,000 msg/s), with more time
+while the node's own event loop is late (storage/looplag.py). Connection refused
 or reset, the timeout, READONLY replicas, LOADING after a restart and any other
 `redis.exceptions.RedisError` (or `OSError` from the socket layer) leave the adapter as
 `CacheUnavailable`, as do the cluster client's own errors (no node for a slot, a cluster
@@ -15,7 +16,6 @@ from outside is not an `Exception` and always passes through.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -23,6 +23,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisClusterException, RedisError
 
 from storage.errors import CacheUnavailable
+from storage.looplag import Deadline
 from storage.redis.connect import DEFAULT_TIMEOUT_S, Client
 
 
@@ -41,7 +42,7 @@ async def unavailable(what: str, limit_s: float) -> AsyncIterator[None]:
     """Bound the block by `limit_s` seconds and re-raise Redis and socket errors (the timeout
     too: TimeoutError is an OSError) as `CacheUnavailable("redis: <what>…")`."""
     try:
-        async with asyncio.timeout(limit_s):
+        async with Deadline(limit_s):  # more time while the node itself is late
             yield
     except (RedisError, RedisClusterException, OSError) as e:
         raise CacheUnavailable(f"redis: {what} failed: {type(e).__name__}: {e}") from e
