@@ -234,3 +234,55 @@ async def test_a_uid_gets_at_most_max_connections_per_uid_logged_in(
     await online[1].close()
     await asyncio.sleep(0.1)
     await Wire.login(gw.port, 1, "d4")  # a place came free
+
+
+@pytest.mark.tcp_only  # the bound is on what one TCP read costs
+@pytest.mark.backends("embedded", "production")
+async def test_a_typing_flood_from_twenty_connections_of_one_uid_leaves_sends_fast(
+    start_gateway: StartGateway,
+) -> None:
+    """20 connections of one uid (the per-uid cap raised to let them all in) write TYPING
+    as fast as the node reads it. Each read used to be decoded whole (~37,000 frames)
+    before the budget paused the connection: a bystander's SEND waited 20 s and more.
+    Now an over-budget connection costs a batch of frames per refill. The target is a
+    p99 under 100 ms; the bound here is generous (shared CI machines), the figures are
+    measured by bench/flood.py."""
+    gw = await start_gateway(max_connections_per_uid=32)
+    bystander = await Wire.login(gw.port, 100_001, "d")
+    peer = await Wire.login(gw.port, 100_002, "d")
+    owner = await Wire.login(gw.port, 1, "owner")
+    g = await owner.request(GroupCreate(0, "big", tuple(range(2, 101))))
+    p2p = await bystander.request(OpenP2P(0, 100_002))
+    assert isinstance(g, ConvOk) and isinstance(p2p, ConvOk)
+    attackers = [await Wire.login(gw.port, 1, f"a{i}") for i in range(20)]
+    flood = encode(Typing(g.conv_id)) * (256 * 1024 // len(encode(Typing(g.conv_id))))
+
+    async def attack(w: Wire) -> None:
+        with contextlib.suppress(ConnectionError):
+            while True:
+                w.writer.write(flood)
+                await w.writer.drain()  # blocks while the gateway does not read
+
+    async def discard(w: Wire) -> None:
+        while await w.reader.read(1 << 16):
+            pass
+
+    tasks = [asyncio.create_task(attack(w)) for w in attackers]
+    tasks += [asyncio.create_task(discard(w)) for w in (*attackers, peer)]
+    try:
+        await asyncio.sleep(0.5)  # flooding
+        sends = []
+        until = time.monotonic() + 3.0
+        i = 0
+        while time.monotonic() < until:
+            i += 1
+            sends.append(
+                await _round_trip(bystander, Send(0, p2p.conv_id, f"s{i}", 1, b"x"), SendAck)
+            )
+            await asyncio.sleep(0.01)
+    finally:
+        for task in tasks:
+            task.cancel()
+    sends.sort()
+    p99 = sends[min(len(sends) - 1, int(0.99 * len(sends)))]
+    assert len(sends) > 50 and p99 < 0.5, (len(sends), p99, sends[-5:])
