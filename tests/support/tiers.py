@@ -39,6 +39,7 @@ SLOW_PATHS = (
     "test_bench_smoke.py",  # `python -m bench.send_bench` subprocesses
     "test_bench_ws.py",  # `imgw bench` runs over WebSocket, each its own gateway
     "test_raw_protocol.py",  # a gateway subprocess
+    "test_revocations_mysql.py",  # MariaDB
 )
 
 # Fixtures (module.function) that connect to a service or start a gateway (in-process or
