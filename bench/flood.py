@@ -166,7 +166,9 @@ async def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 3
     raise SystemExit("imgw serve did not listen in time")
 
 
-def start_gateway(args: argparse.Namespace, tree: Path, port: int) -> subprocess.Popen[bytes]:
+def start_gateway(
+    args: argparse.Namespace, tree: Path, port: int, log: Any
+) -> subprocess.Popen[bytes]:
     data = tempfile.mkdtemp(prefix="imgw-flood-")
     cmd = [
         sys.executable, "-c", "import sys; from gateway.cli import main; sys.exit(main())",
@@ -179,13 +181,14 @@ def start_gateway(args: argparse.Namespace, tree: Path, port: int) -> subprocess
     env = {**os.environ, "PYTHONPATH": str(tree)}
     if args.store.startswith("mysql"):  # the schema first (idempotent)
         migrate = [*cmd[:3], "db", "migrate", "--store", args.store]
-        subprocess.run(migrate, cwd=tree, env=env, check=True)
-    return subprocess.Popen(cmd, cwd=tree, env=env)
+        subprocess.run(migrate, cwd=tree, env=env, check=True, stdout=sys.stderr)
+    return subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=log)
 
 
-async def run(args: argparse.Namespace, tree: Path) -> dict[str, Any]:
+async def run(args: argparse.Namespace, tree: Path, log: Any) -> dict[str, Any]:
+    """The scenario against a gateway from `tree`, which logs into `log`."""
     port = free_port()
-    gw = start_gateway(args, tree, port)
+    gw = start_gateway(args, tree, port, log)
     interval = args.interval_ms / 1000
     try:
         await wait_port(port, gw)
@@ -210,13 +213,20 @@ async def run(args: argparse.Namespace, tree: Path) -> dict[str, Any]:
         result["attack"] = await asyncio.to_thread(q.get, True, 60)
         proc.join(10)
         result["after"] = await measure(by, p2p.conv_id, 2.0, interval, "after")
-        return result
     finally:
         gw.terminate()
         try:
             gw.wait(15)
         except subprocess.TimeoutExpired:
             gw.kill()
+    log.seek(0)
+    lines = log.read().decode(errors="replace").splitlines()
+    result["gateway_log"] = {
+        "warnings": sum("warning" in line for line in lines),
+        "sync_hint_broadcasts": sum("sending SYNC_HINT" in line for line in lines),
+        "backend_timeouts": sum("TimeoutError" in line for line in lines),
+    }
+    return result
 
 
 def main() -> None:
@@ -230,7 +240,8 @@ def main() -> None:
     p.add_argument("--interval-ms", type=float, default=20.0, help="between bystander SENDs")
     p.add_argument("--gateway-arg", action="append", default=[], help="passed to imgw serve")
     args = p.parse_args()
-    print(json.dumps(asyncio.run(run(args, Path(args.tree).resolve()))))
+    with tempfile.TemporaryFile() as log:  # the gateway's log: its warnings are counted
+        print(json.dumps(asyncio.run(run(args, Path(args.tree).resolve(), log))))
 
 
 if __name__ == "__main__":
