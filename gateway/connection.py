@@ -118,7 +118,7 @@ class Hub(Services, Protocol):
         self, conn: Connection, uid: int, device: str, exp: int, iat: int | None
     ) -> Route | None:
         """Install the route of a verified LOGIN; None when `conn` lost (it was kicked,
-        or closed meanwhile)."""
+        or closed meanwhile). TooManyConnections past max_connections_per_uid."""
 
     async def end_session(self, conn: Connection) -> None: ...
 

@@ -137,11 +137,11 @@ class Node:
         # Decodes the whole frames of every connection (see Connection.data_received).
         self.decoder = self.new_decoder()
         self.sessions: dict[int, Connection] = {}  # conn_id -> logged-in connection
-        self.by_device: dict[tuple[int, str], Connection] = {}
+        self.by_device = Devices()
         self.open_count = 0
         self.partial_bytes = 0  # unfinished frames held by connections (max_partial_bytes)
         self._per_ip: dict[str, int] = {}  # with max_connections_per_ip (Connection.peer_ip)
-        self._per_uid: dict[int, int] = {}  # sessions and logins under way, by uid
+        self._logins: dict[int, int] = {}  # logins under way, by uid (max_connections_per_uid)
         # Connection ids are unique across restarts of a node with the same node id, so a
         # route left in Redis by the previous process never names a new connection.
         self._next_conn_id = time.time_ns() // 1000
@@ -300,8 +300,6 @@ class Node:
         del self.sessions[conn.conn_id]
         self.metrics.sessions.dec()
         route = conn.route
-        if route is not None:
-            self._uid_left(route.uid)
         if route is not None and self.by_device.get((route.uid, route.device)) is conn:
             del self.by_device[(route.uid, route.device)]
         return True
@@ -325,25 +323,18 @@ class Node:
         cannot all pass); a login of a device online already replaces it, so it passes.
         TooManyConnections when over."""
         cap = self.config.max_connections_per_uid
-        n = self._per_uid.get(uid, 0)
-        if cap and n >= cap and (uid, device) not in self.by_device:
+        n = self._logins.get(uid, 0)
+        if cap and n + self.by_device.count(uid) >= cap and (uid, device) not in self.by_device:
             self.metrics.refused.labels(why="per_uid").inc()
             raise TooManyConnections(f"too many connections for uid {uid} (at most {cap})")
-        self._per_uid[uid] = n + 1
-        route = None
+        self._logins[uid] = n + 1
         try:
-            route = await self._open_session(conn, uid, device, exp, iat)
-        finally:
-            if route is None:
-                self._uid_left(uid)
-        return route
-
-    def _uid_left(self, uid: int) -> None:
-        n = self._per_uid.get(uid, 1) - 1
-        if n > 0:
-            self._per_uid[uid] = n
-        else:
-            self._per_uid.pop(uid, None)
+            return await self._open_session(conn, uid, device, exp, iat)
+        finally:  # a session now, or nothing
+            if (n := self._logins[uid] - 1) > 0:
+                self._logins[uid] = n
+            else:
+                del self._logins[uid]
 
     async def _open_session(
         self, conn: Connection, uid: int, device: str, exp: int, iat: int | None
@@ -640,6 +631,78 @@ class Node:
             done = max(done, min(allowed, len(conns)))
             if done < len(conns):
                 await asyncio.sleep(PACE_STEP_S)
+
+
+class Devices:
+    """The logged-in connection of each (uid, device) on this node, looked up by
+    ``(uid, device)`` like a dict. Kept by uid: the one device of most uids is held
+    without a tuple key or a dict of its own, and a uid's count is at hand
+    (max_connections_per_uid). A connection stored here has its route (it activates in
+    the step that stores it), which names its device."""
+
+    __slots__ = ("_by_uid",)
+
+    def __init__(self) -> None:
+        self._by_uid: dict[int, Connection | dict[str, Connection]] = {}
+
+    def get(self, key: tuple[int, str]) -> Connection | None:
+        uid, device = key
+        held = self._by_uid.get(uid)
+        if held is None:
+            return None
+        if type(held) is dict:
+            return held.get(device)
+        assert isinstance(held, Connection)
+        return held if _device(held) == device else None
+
+    def __getitem__(self, key: tuple[int, str]) -> Connection:
+        conn = self.get(key)
+        if conn is None:
+            raise KeyError(key)
+        return conn
+
+    def __contains__(self, key: object) -> bool:
+        return type(key) is tuple and self.get(key) is not None
+
+    def __setitem__(self, key: tuple[int, str], conn: Connection) -> None:
+        uid, device = key
+        held = self._by_uid.get(uid)
+        if held is None:
+            self._by_uid[uid] = conn
+        elif type(held) is dict:
+            held[device] = conn
+        else:
+            assert isinstance(held, Connection)
+            if (other := _device(held)) == device:
+                self._by_uid[uid] = conn
+            else:
+                self._by_uid[uid] = {other: held, device: conn}
+
+    def __delitem__(self, key: tuple[int, str]) -> None:
+        uid, device = key
+        held = self._by_uid.get(uid)
+        if type(held) is dict:
+            del held[device]
+            if len(held) == 1:
+                self._by_uid[uid] = next(iter(held.values()))
+        elif isinstance(held, Connection) and _device(held) == device:
+            del self._by_uid[uid]
+        else:
+            raise KeyError(key)
+
+    def __len__(self) -> int:
+        return sum(len(h) if type(h) is dict else 1 for h in self._by_uid.values())
+
+    def count(self, uid: int) -> int:
+        """The uid's logged-in connections."""
+        held = self._by_uid.get(uid)
+        return 0 if held is None else len(held) if type(held) is dict else 1
+
+
+def _device(conn: Connection) -> str:
+    route = conn.route
+    assert route is not None  # stored with its route (open_session, then activate)
+    return route.device
 
 
 def due_by(elapsed_s: float, per_s: float, total: int) -> int:

@@ -367,3 +367,17 @@ async def test_the_batcher_runs_as_many_commits_at_once_as_the_store_pays_for(
         n = Node(config, node_id="unit2", store=mysql, routes=node.routes, bus=node.bus)
         assert n.batcher.max_inflight == expected
         n.close()
+
+
+async def test_the_node_finds_each_device_of_a_uid(node: Node) -> None:
+    a, _ = await log_in(node, 7, "a")
+    b, _ = await log_in(node, 7, "b")
+    c, _ = await log_in(node, 8, "a")
+    devices = node.by_device
+    assert devices[(7, "a")] is a and devices[(7, "b")] is b and devices[(8, "a")] is c
+    assert (7, "c") not in devices and devices.get((9, "a")) is None
+    assert devices.count(7) == 2 and devices.count(8) == 1 and len(devices) == 3
+    a.connection_lost(None)
+    assert (7, "a") not in devices and devices[(7, "b")] is b and devices.count(7) == 1
+    b.connection_lost(None)
+    assert devices.count(7) == 0 and len(devices) == 1
