@@ -41,6 +41,7 @@ from protocol.frames import (
     Login,
     LoginOk,
     OpenP2P,
+    Ping,
     Send,
     SendAck,
     Typing,
@@ -88,13 +89,14 @@ class Link:
                 self.frames += self.decoder.feed(data)
 
 
-def attack(port: int, n: int, conv_id: int, until: float, out: Any) -> None:
+def attack(port: int, n: int, conv_id: int, op: str, until: float, out: Any) -> None:
     """The attacker's process: `n` connections of one uid, TYPING flat out."""
 
     async def main() -> None:
         links = [await Link.login(port, ATTACKER, f"a{i}") for i in range(n)]
         online = [x for x in links if isinstance(x, Link)]
-        flood = encode(Typing(conv_id)) * (256 * 1024 // len(encode(Typing(conv_id))))
+        frame = encode(Ping() if op == "ping" else Typing(conv_id))
+        flood = frame * (256 * 1024 // len(frame))
         sent = [0]
 
         async def one(link: Link) -> None:
@@ -200,12 +202,18 @@ async def run(args: argparse.Namespace, tree: Path, log: Any) -> dict[str, Any]:
         group = await owner.request(GroupCreate(2, "flood", tuple(range(2, 101))), 2)
         assert isinstance(p2p, ConvOk) and isinstance(group, ConvOk), (p2p, group)
         owner.writer.close()
-        result: dict[str, Any] = {"tree": str(tree), "store": args.store or "embedded"}
+        result: dict[str, Any] = {
+            "tree": str(tree),
+            "store": args.store or "embedded",
+            "op": args.op,
+        }
         result["before"] = await measure(by, p2p.conv_id, args.baseline, interval, "before")
         until = time.time() + args.seconds + 3
         q: Any = mp.get_context("spawn").Queue()
         proc = mp.get_context("spawn").Process(
-            target=attack, args=(port, args.attackers, group.conv_id, until, q), daemon=True
+            target=attack,
+            args=(port, args.attackers, group.conv_id, args.op, until, q),
+            daemon=True,
         )
         proc.start()
         await asyncio.sleep(2.0)  # logged in and flooding
@@ -235,6 +243,7 @@ def main() -> None:
     p.add_argument("--store", default="", help="store URL (default: embedded)")
     p.add_argument("--cache", default="", help="route store URL")
     p.add_argument("--attackers", type=int, default=20, help="connections of the attacking uid")
+    p.add_argument("--op", choices=("typing", "ping"), default="typing", help="what they flood")
     p.add_argument("--seconds", type=float, default=10.0, help="measured flood time")
     p.add_argument("--baseline", type=float, default=3.0, help="measured time before the flood")
     p.add_argument("--interval-ms", type=float, default=20.0, help="between bystander SENDs")

@@ -408,7 +408,11 @@ class Connection(asyncio.Protocol):
                 return
         elif self.state == State.ACTIVE:
             if type(frame) is Ping:
-                self.write(_PONG)  # the hot heartbeat path: no queue, no task
+                self.write(_PONG)  # no queue, no task; always answered, but a PING that
+                # came with other frames (a lone one takes data_received's fast path)
+                # draws on the op budget: pipelined PINGs are a flood like any other
+                if not self.node.op_limiter.take(self.uid):
+                    self._slow_down()
                 return
             if type(frame) not in _UNBUDGETED and not self._within_budget(frame):
                 return
@@ -438,15 +442,21 @@ class Connection(asyncio.Protocol):
             if type(frame) is not Typing:
                 rid = getattr(frame, "rid", 0)
                 node.write_soon(self, encode(Error(rid, int(ErrorCode.RATE_LIMITED), _OVER_BUDGET)))
-            if self.hold_reading():
-                node.penalized.add(self)
-                pause = min(limiter.wait_s(uid, READ_BATCH), MAX_OVER_BUDGET_PAUSE_S)
-                node.loop.call_later(pause, self._end_penalty)
+            self._slow_down()
             return False
         if type(frame) is Typing and not node.typing_limiter.take(uid):
             node.metrics.ops_limited.labels(why="typing").inc()
             return False  # an indicator: a later one says the same
         return True
+
+    def _slow_down(self) -> None:
+        """Over the op budget: not read until it holds READ_BATCH tokens again (at most
+        MAX_OVER_BUDGET_PAUSE_S); what the read brought beyond this batch waits."""
+        node = self.node
+        if self.hold_reading():
+            node.penalized.add(self)
+            pause = min(node.op_limiter.wait_s(self.uid, READ_BATCH), MAX_OVER_BUDGET_PAUSE_S)
+            node.loop.call_later(pause, self._end_penalty)
 
     def _end_penalty(self) -> None:
         self.node.penalized.discard(self)

@@ -381,3 +381,18 @@ async def test_the_node_finds_each_device_of_a_uid(node: Node) -> None:
     assert (7, "a") not in devices and devices[(7, "b")] is b and devices.count(7) == 1
     b.connection_lost(None)
     assert devices.count(7) == 0 and len(devices) == 1
+
+
+async def test_pipelined_pings_are_answered_and_draw_on_the_op_budget(node: Node) -> None:
+    """A lone PING is free; PINGs that come several in a read are answered too, but a
+    read of 5,000 of them costs READ_BATCH PONGs, then the connection waits for its
+    budget like any other flood."""
+    conn, t = await logged_in(node)
+    conn.data_received(encode(Ping()) * 5000)
+    pongs = frames_of(t)
+    assert pongs == [Pong()] * READ_BATCH and not t.reading
+    assert conn.decoder is not None and conn.decoder.ahead
+    conn.connection_lost(None)
+    other, t = await logged_in(node)  # the same uid, its budget spent
+    other.data_received(encode(Ping()))  # alone in its read: answered, and free
+    assert frames_of(t) == [Pong()] and t.reading
