@@ -95,14 +95,22 @@ def attack(port: int, n: int, conv_id: int, op: str, until: float, out: Any) -> 
     async def main() -> None:
         links = [await Link.login(port, ATTACKER, f"a{i}") for i in range(n)]
         online = [x for x in links if isinstance(x, Link)]
-        frame = encode(Ping() if op == "ping" else Typing(conv_id))
-        flood = frame * (256 * 1024 // len(frame))
+        if op == "send":  # distinct ids: each one a new message (over budget: refused)
+            flood = b"".join(
+                encode(Send(i + 1, conv_id, f"f{os.getpid()}-{i}", 1, b"x")) for i in range(8000)
+            )
+        else:
+            frame = encode(Ping() if op == "ping" else Typing(conv_id))
+            flood = frame * (256 * 1024 // len(frame))
         sent = [0]
+        seen: dict[str, int] = {}
 
         async def one(link: Link) -> None:
-            async def discard() -> None:
-                while await link.reader.read(1 << 16):
-                    pass
+            async def discard() -> None:  # what the gateway answers: counted by kind
+                while data := await link.reader.read(1 << 16):
+                    for f in link.decoder.feed(data):
+                        kind = type(f).__name__ + str(getattr(f, "code", getattr(f, "reason", "")))
+                        seen[kind] = seen.get(kind, 0) + 1
 
             reading = asyncio.create_task(discard())
             try:
@@ -117,7 +125,9 @@ def attack(port: int, n: int, conv_id: int, op: str, until: float, out: Any) -> 
             link.writer.transport.abort()
 
         await asyncio.gather(*(one(x) for x in online))
-        out.put({"online": len(online), "refused": n - len(online), "bytes": sent[0]})
+        out.put(
+            {"online": len(online), "refused": n - len(online), "bytes": sent[0], "answers": seen}
+        )
 
     asyncio.run(main())
 
@@ -243,7 +253,7 @@ def main() -> None:
     p.add_argument("--store", default="", help="store URL (default: embedded)")
     p.add_argument("--cache", default="", help="route store URL")
     p.add_argument("--attackers", type=int, default=20, help="connections of the attacking uid")
-    p.add_argument("--op", choices=("typing", "ping"), default="typing", help="what they flood")
+    p.add_argument("--op", choices=("typing", "ping", "send"), default="typing", help="the frames")
     p.add_argument("--seconds", type=float, default=10.0, help="measured flood time")
     p.add_argument("--baseline", type=float, default=3.0, help="measured time before the flood")
     p.add_argument("--interval-ms", type=float, default=20.0, help="between bystander SENDs")
