@@ -13,32 +13,69 @@ import argparse
 import asyncio
 import tempfile
 import time
+from typing import Any, cast
 
 from gateway import connection as connection_module
 from gateway.config import Config
 from gateway.node import Node
 from protocol.codec import encode
 from protocol.frames import Login, Ping, Send
+from protocol.token import sign_token
 from storage.factory import open_backends
-from tests.support.fakes import FakeTransport
-from tests.support.wire import TOKEN_KEY, token
+
+KID, SECRET = "probe", "probe-secret"
 
 
-class NullTransport(FakeTransport):
+class NullTransport:
+    """What `Connection` uses of a transport; what is written goes nowhere."""
+
+    def __init__(self) -> None:
+        self.reading = True
+
     def write(self, data: bytes | bytearray | memoryview) -> None:
         pass
+
+    def writelines(self, list_of_data: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        self.reading = False
+
+    def abort(self) -> None:
+        self.reading = False
+
+    def is_closing(self) -> bool:
+        return False
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return ("127.0.0.1", 50000) if name == "peername" else default
 
 
 async def main(reads: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        config = Config(port=0, token_keys=(TOKEN_KEY,), data_dir=tmp, node_id="probe")
+        config = Config(port=0, token_keys=(f"{KID}:{SECRET}",), data_dir=tmp, node_id="probe")
         b = open_backends(f"sqlite:///{tmp}/imgw.db", "memory://", "local://")
         await b.store.start()
         node = Node(config, node_id="probe", store=b.store, routes=b.routes, bus=b.bus)
         conn = node.protocol_factory()
-        t = NullTransport(conn)
-        conn.connection_made(t)
-        conn.data_received(encode(Login(1, 1, 7, "ios", token(7, "ios"))))
+        conn.connection_made(cast(asyncio.Transport, NullTransport()))
+        tok = sign_token(KID, SECRET, 7, "ios", int(time.time()) + 3600)
+        conn.data_received(encode(Login(1, 1, 7, "ios", tok)))
         for _ in range(500):
             if conn.active:
                 break
