@@ -191,13 +191,16 @@ class WsTransport(asyncio.Protocol):
         ws.receive_data(data)
         consumed = 0
         completed = False
+        batch: list[bytes] = []  # the frames of this read, handed over as one read
         for event in ws.events_received():
             if isinstance(event, Frame):
                 consumed += _wire_size(event)
                 completed = completed or event.fin
-                self._on_frame(event)
+                self._on_frame(event, batch)
             elif isinstance(event, Request):
+                self._deliver(batch)
                 self._on_request(event)
+        self._deliver(batch)
         ws = self._ws  # a fresh one once the handshake is done
         if ws.parser_exc is not None:
             self._on_failure(ws.parser_exc)
@@ -257,8 +260,10 @@ class WsTransport(asyncio.Protocol):
         pipelined = [e for e in ws.events_received() if isinstance(e, Frame)]
         self._flush()
         self._ws = ServerProtocol(state=WsState.OPEN, max_size=self._policy.max_frame, logger=_LOG)
+        batch: list[bytes] = []
         for frame in pipelined:  # sent before our answer: a client that did not wait
-            self._on_frame(frame)
+            self._on_frame(frame, batch)
+        self._deliver(batch)
 
     def _page(self, path: str) -> Response:
         page = self._policy.pages.get(path)
@@ -278,7 +283,16 @@ class WsTransport(asyncio.Protocol):
         )
         return Response(200, "OK", headers, body)
 
-    def _on_frame(self, frame: Frame) -> None:
+    def _deliver(self, batch: list[bytes]) -> None:
+        """Hand the frames of one read to the connection in one call, as TCP's read would
+        carry them: the connection's rules for several frames in a read (PINGs that
+        draw on the budget, decoding a batch at a time) apply as they do there."""
+        if batch:
+            data = batch[0] if len(batch) == 1 else b"".join(batch)
+            batch.clear()
+            self._conn.data_received(data)
+
+    def _on_frame(self, frame: Frame, batch: list[bytes]) -> None:
         opcode = frame.opcode
         if opcode is Opcode.BINARY or opcode is Opcode.CONT:
             if not frame.fin:
@@ -293,10 +307,12 @@ class WsTransport(asyncio.Protocol):
                 body = b"".join(self._parts)
                 self._parts = None
             if body:
-                self._conn.data_received(frame_bytes(bytes(body)))
+                batch.append(frame_bytes(bytes(body)))
             else:
+                self._deliver(batch)
                 self._fail_frame(ErrorCode.BAD_FRAME, "empty message: a frame body is required")
         elif opcode is Opcode.TEXT:
+            self._deliver(batch)
             self._close_code = CloseCode.UNSUPPORTED_DATA
             self._fail_frame(ErrorCode.BAD_FRAME, _TEXT_REFUSED)
         # PING is answered by the library, PONG needs nothing, CLOSE is answered by the
