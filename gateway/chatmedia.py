@@ -1,7 +1,8 @@
 """`imgw chat`'s files: `/send PATH` asks the gateway for an upload URL (MEDIA_UPLOAD),
 PUTs the file there over HTTP and sends a media message carrying the key; a media
 message that arrives is shown with the download URL the gateway signs for it
-(MEDIA_GET)."""
+(MEDIA_GET). The PUT goes through aiohttp, to the URL exactly as signed (not re-quoted:
+its signature covers the query)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import mimetypes
 import os
 from typing import Final
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from gateway.client import Client
 from protocol.frames import SendAck
@@ -39,16 +41,29 @@ async def send_file(client: Client, conv_id: int, path: str) -> tuple[SendAck, s
     data, sha256, ctype = await asyncio.to_thread(_read, path)
     signed = await client.media_upload(sha256, len(data), ctype)
     if signed.url:  # "": stored already
-        async with httpx.AsyncClient(timeout=UPLOAD_TIMEOUT_S) as http:
-            try:
-                reply = await http.put(signed.url, content=data, headers={"Content-Type": ctype})
-            except httpx.HTTPError as e:
-                raise OSError(f"upload failed: {e}") from e
-        if reply.status_code >= 300:
-            raise OSError(f"upload refused: HTTP {reply.status_code} {reply.text.strip()}")
+        status, text = await _put(signed.url, data, ctype)
+        if status >= 300:
+            raise OSError(f"upload refused: HTTP {status} {text.strip()}")
     content = media_content(signed.key, name=os.path.basename(path), size=len(data), type=ctype)
     ack = await client.send(conv_id, content, msg_type_of(ctype))
     return ack, signed.key
+
+
+async def _put(url: str, data: bytes, ctype: str) -> tuple[int, str]:
+    """PUT `data` to a signed upload URL; the status and the answer's text."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=UPLOAD_TIMEOUT_S)) as http,
+            http.put(
+                URL(url, encoded=True),
+                data=data,
+                headers={"Content-Type": ctype},
+                allow_redirects=False,
+            ) as reply,
+        ):
+            return reply.status, (await reply.read()).decode("utf-8", "replace")
+    except (aiohttp.ClientError, TimeoutError) as e:
+        raise OSError(f"upload failed: {str(e) or repr(e)}") from e
 
 
 def media_key_in(msg_type: int, content: bytes) -> str | None:

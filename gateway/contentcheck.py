@@ -13,30 +13,58 @@ A denied message is not stored; its sender gets ERROR content_denied (33), or fo
 (no answer in time, a connection error, a status other than 200, a malformed body) the
 batch follows `--check-fail`: `open` stores every message (the check is skipped and
 counted), `closed` answers the whole batch unavailable (nothing stored; clients retry with
-the same client_msg_id). Connections are pooled (at most `check_pool`, kept alive) by
-httpx. The deadline is the whole call's (waiting for a pooled connection, connecting,
-sending, the status and the whole body): httpx's own timeouts are per step, so a hook
-that answers a byte at a time would never trip them.
+the same client_msg_id).
+
+The client is one aiohttp session with a keep-alive pool of at most `check_pool`
+connections, opened in the event loop on the first check. The deadline is the whole
+call's (waiting for a pooled connection, connecting, sending, the status and the whole
+body), kept by `asyncio.timeout` around all of it: a per-read timeout would never trip
+on a hook that answers a byte at a time. The session has no timeouts, cookies,
+redirects or proxy of its own (a redirect is a status other than 200), so that a check
+costs one request and little else: the body is serialised once, to bytes, and the
+answer is read whole and parsed with `json.loads`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
+import json
+from binascii import b2a_base64
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from storage.errors import StoreUnavailable
 from storage.models import NewMessage
 
 FAIL_OPEN: Final = "open"
 FAIL_CLOSED: Final = "closed"
+JSON_HEADERS: Final = {"Content-Type": "application/json"}
 
 
 class CheckFailed(StoreUnavailable):
     """The webhook did not give usable verdicts and the check fails closed."""
+
+
+def check_body(batch: Sequence[NewMessage]) -> bytes:
+    """The request body for `batch`, as UTF-8 JSON."""
+    return json.dumps(
+        {
+            "messages": [
+                {
+                    "conv_id": m.conv_id,
+                    "sender_uid": m.sender_uid,
+                    "client_msg_id": m.client_msg_id,
+                    "msg_type": m.msg_type,
+                    "content": b2a_base64(m.content, newline=False).decode("ascii"),
+                }
+                for m in batch
+            ]
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 class WebhookCheck:
@@ -53,39 +81,40 @@ class WebhookCheck:
         if fail not in (FAIL_OPEN, FAIL_CLOSED):
             raise ValueError(f"check_fail must be {FAIL_OPEN} or {FAIL_CLOSED}, got {fail!r}")
         self.url = url
+        self._url = URL(url)
         self._fail_open = fail == FAIL_OPEN
         self._log = log
         self._throttle = throttle  # log at most so often (gateway.logs.Throttle.allow)
         self._timeout_s = timeout_s
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout_s),
-            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
-        )
+        self._pool = pool
+        self._session: aiohttp.ClientSession | None = None
         self.checked = 0  # messages with a verdict
         self.denied = 0
         self.failures = 0  # batches the webhook failed on
 
+    def _open(self) -> aiohttp.ClientSession:
+        """The session, made on first use: aiohttp binds it to the running loop."""
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=self._pool),
+            timeout=aiohttp.ClientTimeout(),  # none: asyncio.timeout keeps the whole call's
+            cookie_jar=aiohttp.DummyCookieJar(),
+            headers=JSON_HEADERS,
+        )
+        return self._session
+
     async def check(self, batch: Sequence[NewMessage]) -> list[bool]:
         """One verdict per message: True to store it. Raises CheckFailed when the webhook
         fails and the check fails closed."""
-        body = {
-            "messages": [
-                {
-                    "conv_id": m.conv_id,
-                    "sender_uid": m.sender_uid,
-                    "client_msg_id": m.client_msg_id,
-                    "msg_type": m.msg_type,
-                    "content": base64.b64encode(m.content).decode(),
-                }
-                for m in batch
-            ]
-        }
+        session = self._session or self._open()
         try:
+            body = check_body(batch)
             async with asyncio.timeout(self._timeout_s):
-                reply = await self._client.post(self.url, json=body)
-            if reply.status_code != 200:
-                raise ValueError(f"status {reply.status_code}")
-            allow = reply.json()["allow"]
+                async with session.post(self._url, data=body, allow_redirects=False) as reply:
+                    status = reply.status
+                    raw = await reply.read()
+            if status != 200:
+                raise ValueError(f"status {status}")
+            allow = json.loads(raw)["allow"]
             if not isinstance(allow, list) or len(allow) != len(batch):
                 raise ValueError("'allow' must be a list with one verdict per message")
             verdicts = [v is True for v in allow]
@@ -105,4 +134,6 @@ class WebhookCheck:
         return verdicts
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None

@@ -1,18 +1,29 @@
 """`imgw drain`: ask a node to drain, by signal or over its admin port, and wait for it
-to exit."""
+to exit; `imgw revoke`: ask a node's admin port to revoke a uid's tokens.
+
+The commands are synchronous; each admin request runs its own event loop
+(`asyncio.run`) around one aiohttp request. An error answer's text is the `message` of
+a JSON body `{"error": {"code": ..., "message": ...}}`, or else the body as it came.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import socket
 import sys
 import time
-from urllib.parse import urlencode
+from typing import Final
+
+import aiohttp
+from yarl import URL
 
 from gateway.hostport import split_host_port
 
 POLL_S = 0.2
+REQUEST_TIMEOUT_S: Final = 10.0
 
 
 class DrainError(Exception):
@@ -41,12 +52,10 @@ def drain_by_admin(
     token: str = "",
 ) -> None:
     host, port = _split(admin)
-    params = {k: v for k, v in (("rate", rate), ("hint", hint)) if v is not None}
-    target = "/drain" + (f"?{urlencode(params)}" if params else "")
-    auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    status, body = _request(host, port, f"POST {target} HTTP/1.0\r\n{auth}\r\n")
+    params = {k: str(v) for k, v in (("rate", rate), ("hint", hint)) if v is not None}
+    status, body = _request(host, port, "/drain", params, token)
     if status != 202:
-        raise DrainError(f"{admin} answered {status}: {body.strip()}")
+        raise DrainError(f"{admin} answered {status}: {_error_text(body)}")
     print(f"imgw drain: {admin} is draining", file=sys.stderr)
     if wait:
         _wait_until(lambda: not _listening(host, port), timeout, f"node at {admin}")
@@ -55,13 +64,12 @@ def drain_by_admin(
 def revoke_by_admin(admin: str, uid: int, device: str | None, *, token: str = "") -> str:
     """POST /revoke to a node's admin port; its answer."""
     host, port = _split(admin)
-    params: dict[str, str | int] = {"uid": uid}
+    params = {"uid": str(uid)}
     if device is not None:
         params["device"] = device
-    auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    status, body = _request(host, port, f"POST /revoke?{urlencode(params)} HTTP/1.0\r\n{auth}\r\n")
+    status, body = _request(host, port, "/revoke", params, token)
     if status != 200:
-        raise DrainError(f"{admin} answered {status}: {body.strip()}")
+        raise DrainError(f"{admin} answered {status}: {_error_text(body)}")
     return body.strip()
 
 
@@ -72,20 +80,41 @@ def _split(addr: str) -> tuple[str, int]:
         raise DrainError(str(e)) from None
 
 
-def _request(host: str, port: int, text: str) -> tuple[int, str]:
+def _request(
+    host: str, port: int, path: str, params: dict[str, str], token: str
+) -> tuple[int, str]:
+    """POST `path?params` to the admin port at host:port; the status and the body."""
+    url = URL.build(scheme="http", host=host, port=port, path=path, query=params)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return asyncio.run(_post(url, headers, f"{host}:{port}"))
+
+
+async def _post(url: URL, headers: dict[str, str], where: str) -> tuple[int, str]:
     try:
-        with socket.create_connection((host, port), timeout=10) as s:
-            s.sendall(text.encode())
-            chunks = []
-            while data := s.recv(65536):
-                chunks.append(data)
-    except OSError as e:
-        raise DrainError(f"cannot reach the admin port {host}:{port}: {e}") from e
-    head, _, body = b"".join(chunks).decode("latin-1").partition("\r\n\r\n")
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)) as http,
+            http.post(url, headers=headers, allow_redirects=False) as reply,
+        ):
+            return reply.status, (await reply.read()).decode("utf-8", "replace")
+    except TimeoutError as e:  # aiohttp's timeouts are TimeoutErrors too
+        raise DrainError(
+            f"cannot reach the admin port {where}: no answer in {REQUEST_TIMEOUT_S:g} s"
+        ) from e
+    except aiohttp.ClientConnectorError as e:  # its OSError says why, without the URL
+        raise DrainError(f"cannot reach the admin port {where}: {e.os_error}") from e
+    except aiohttp.ClientResponseError as e:  # an answer that is not HTTP
+        raise DrainError(f"not an imgw admin port: {where} did not answer in HTTP") from e
+    except (aiohttp.ClientError, OSError) as e:
+        raise DrainError(f"cannot reach the admin port {where}: {str(e) or repr(e)}") from e
+
+
+def _error_text(body: str) -> str:
+    """The message of a JSON error body ({"error": {"message": ...}}), else the body."""
     try:
-        return int(head.split()[1]), body
-    except (IndexError, ValueError) as e:
-        raise DrainError(f"not an imgw admin port: {head[:80]!r}") from e
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, TypeError, KeyError):
+        return body.strip()
+    return message if isinstance(message, str) else body.strip()
 
 
 def _alive(pid: int) -> bool:

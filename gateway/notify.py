@@ -10,24 +10,31 @@ to users who are offline (docs/api.md, Webhook).
 Any 2xx answer acknowledges the batch. Delivery is at least once: a batch is posted
 again, after 0.1 s doubling up to `retry_cap_s`, until it is acknowledged (so a
 receiver deduplicates by `msg_id`), and batches go in commit order, one at a time. A
-post without a whole answer within `timeout_s` (the whole call, not each read) has
-failed and is retried. A send never waits for it: messages are queued when they are
-pushed, and the queue is bounded (`queue_max`); past it, messages are not queued but
-counted (`dropped`) and logged, and the receiver catches up by reading history. Queued
-messages live in the node's memory: a node that dies loses its queue (the messages are
-stored; only their notification is lost).
+post without a whole answer within `timeout_s` (the whole call, not each read: an
+`asyncio.timeout` around the request, the status and the body) has failed and is
+retried. A send never waits for the webhook: messages are queued when they are pushed,
+and the queue is bounded (`queue_max`); past it, messages are not queued but counted
+(`dropped`) and logged, and the receiver catches up by reading history. Queued messages
+live in the node's memory: a node that dies loses its queue (the messages are stored;
+only their notification is lost).
+
+Posts go through one aiohttp session, opened in the event loop by `start()`: one
+keep-alive connection (posts go one at a time), and no cookies, redirects (a 3xx answer
+is a failure) or proxy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Final
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from gateway.jsonout import message_json, out_id
 from storage.models import StoredMessage
@@ -68,8 +75,11 @@ class Notifier:
         self._log = log
         self._throttle = throttle  # log at most so often (gateway.logs.Throttle.allow)
         self._timeout_s = timeout_s
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), headers=headers)
+        self._url = URL(url)
+        self._headers = {"Content-Type": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._session: aiohttp.ClientSession | None = None
         self._wake = asyncio.Event()  # set: the queue is not empty
         self._idle = asyncio.Event()  # set: the queue is empty
         self._idle.set()
@@ -90,6 +100,11 @@ class Notifier:
         return max(0.0, time.time() - self._queue[0].server_ms / 1000)
 
     def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(),  # none: asyncio.timeout keeps the whole call's
+            cookie_jar=aiohttp.DummyCookieJar(),
+            headers=self._headers,
+        )
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def add(self, msg: StoredMessage) -> None:
@@ -124,13 +139,17 @@ class Notifier:
                 self._idle.set()
 
     async def _post(self, batch: list[StoredMessage]) -> bool:
+        assert self._session is not None, "start() first"
         body = {"node": self._node_id, "messages": [notification(m) for m in batch]}
         try:
-            async with asyncio.timeout(self._timeout_s):  # httpx's timeouts are per read
-                reply = await self._client.post(self.url, json=body)
-            if 200 <= reply.status_code < 300:
+            data = json.dumps(body, separators=(",", ":")).encode()
+            async with asyncio.timeout(self._timeout_s):
+                async with self._session.post(self._url, data=data, allow_redirects=False) as r:
+                    status = r.status
+                    await r.read()
+            if 200 <= status < 300:
                 return True
-            error = f"status {reply.status_code}"
+            error = f"status {status}"
         except Exception as e:  # timeouts, connection errors alike
             error = repr(e)
         self.failures += 1
@@ -153,4 +172,6 @@ class Notifier:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
