@@ -107,6 +107,13 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
         "--admin-token",
         help="bearer token required by the admin port's POST /drain (env IMGW_ADMIN_TOKEN)",
     )
+    p.add_argument(
+        "--api-key",
+        action="append",
+        metavar="NAME:SECRET:SCOPES",
+        help="a scoped server API key, repeatable; scopes: send,read,manage,moderate,push "
+        "(env IMGW_API_KEYS)",
+    )
     p.add_argument("--hb", type=int, help="heartbeat interval announced to clients, s (30)")
     p.add_argument("--idle", type=int, help="close connections silent this long, s (75)")
     p.add_argument("--login-timeout", type=float, help="seconds to send LOGIN (10)")
@@ -213,6 +220,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     ]  # fmt: skip
     overrides = {n: getattr(args, n, None) for n in names}
     overrides["token_keys"] = tuple(args.token_key or ())
+    overrides["api_keys"] = tuple(getattr(args, "api_key", None) or ())
     return load(overrides, config_file=args.config)
 
 

@@ -17,6 +17,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from gateway.hostport import split_host_port
+from gateway.http.keys import parse_api_keys
 from protocol.ops import MAX_CONTENT_DEFAULT, MAX_FRAME_DEFAULT
 from protocol.token import KeyRing
 
@@ -154,6 +155,9 @@ class Config:
     # (/api/v1/, docs/api.md); /healthz, /readyz and /metrics stay open. Without one the
     # admin port must be bound to loopback.
     admin_token: str = ""
+    # Scoped keys for the server API, "NAME:SECRET:SCOPES" entries (gateway/http/keys.py):
+    # scopes send, read, manage, moderate, push. Two entries of one name rotate it.
+    api_keys: tuple[str, ...] = ()
     # The server API's broadcast notices: recipients (uids) per second for the node, in
     # bursts of this many.
     api_broadcast_burst: int = 10_000
@@ -240,6 +244,12 @@ class Config:
                 f"admin host {self.admin_host} is not loopback and no admin token is set: "
                 "pass --admin-token (or IMGW_ADMIN_TOKEN) so that POST /drain is authenticated"
             )
+        try:
+            parse_api_keys(self.api_keys)
+        except ValueError as e:
+            raise ConfigError(f"bad api key: {e}") from e
+        if self.api_keys and not self.admin_port:
+            raise ConfigError("api keys are presented to the admin listener: set --admin-port")
         if not (math.isfinite(self.frame_timeout) and self.frame_timeout > 0):
             raise ConfigError("frame_timeout must be a positive number of seconds")
         if self.max_partial_bytes < self.max_frame:
@@ -385,6 +395,7 @@ def _check_numbers(cfg: Config) -> None:
 # environment take both spellings.
 FLAG_SPELLINGS: Final = {
     "token_key": "token_keys",
+    "api_key": "api_keys",
     "sync_hint_spread": "sync_hint_spread_s",
     "node_lease": "node_lease_s",
     "route_check": "route_check_s",
@@ -450,7 +461,7 @@ def load(
             if name is not None:
                 values[name] = _coerce(name, raw)
     for name, raw in (overrides or {}).items():
-        if raw is None or (name == "token_keys" and not raw):
+        if raw is None or (name in ("token_keys", "api_keys") and not raw):
             continue
         values[name] = _coerce(name, raw)
     return dataclasses.replace(Config(), **values)

@@ -79,8 +79,9 @@ class Metrics:
         )
         self.api_calls = Counter(
             "imgw_api_calls",
-            "Server API calls answered, by call and outcome (ok or the error code)",
-            ["call", "code"],
+            "Server API calls answered, by call, outcome (ok or the error code) and caller "
+            "(admin, or an API key's name)",
+            ["call", "code", "key"],
             registry=r,
         )
         self.storage_errors = Counter(

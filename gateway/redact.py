@@ -128,9 +128,20 @@ _NOT_SECRET_OPTIONS: Final = frozenset({"--tls-key"})  # a file's path
 _SECRET_FIELD: Final = re.compile(r"secret|token|password|api_key", re.IGNORECASE)
 
 
+def _secret_of(field: str, item: str) -> str:
+    """The secret in one value of a secret field: after KID: in a token key, between
+    NAME: and :SCOPES in an API key, else the whole value."""
+    if field == "token_keys" and ":" in item:
+        return item.partition(":")[2]
+    if field == "api_keys" and item.count(":") >= 2:
+        return item.partition(":")[2].rpartition(":")[0]
+    return item
+
+
 def config_secrets(config: Any) -> set[str]:
     """The secret values of a configuration dataclass (gateway.config.Config): fields
-    named like a secret (token keys: the part after KID:), and the credentials of every
+    named like a secret (token keys: the part after KID:; API keys: the part between
+    NAME: and :SCOPES), and the credentials of every
     URL-valued field."""
     found: set[str] = set()
     for f in dataclasses.fields(config):
@@ -140,8 +151,7 @@ def config_secrets(config: Any) -> set[str]:
             if not isinstance(item, str) or not item:
                 continue
             if _SECRET_FIELD.search(f.name):
-                _, sep, secret = item.partition(":")
-                found.add(secret if sep and f.name == "token_keys" else item)
+                found.add(_secret_of(f.name, item))
             elif "://" in item:
                 found |= url_secrets(item)
     store_url = getattr(config, "store_url", None)
@@ -178,9 +188,11 @@ def _mask_option(name: str, value: str) -> str:
         masked = _mask_urls(value)
         if masked != value:
             return masked
-    kid, sep, _ = value.partition(":")
+    kid, sep, rest = value.partition(":")
     if name in ("--token-key", "--key") and sep:
         return f"{kid}:{MASK}"
+    if name == "--api-key" and ":" in rest:
+        return f"{kid}:{MASK}:{rest.rpartition(':')[2]}"
     return MASK if value else value
 
 

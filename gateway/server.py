@@ -32,17 +32,17 @@ from typing import Any, Final
 import structlog
 import uvloop
 
-from gateway.admin import AdminServer
 from gateway.config import REDIS_URLS, Config, ConfigError
 from gateway.connection import Connection
 from gateway.fdtransport import FdServer
 from gateway.gctune import quiet_gc
 from gateway.hostport import split_host_port
+from gateway.http.admin import AdminServer
+from gateway.http.media import MediaListener
 from gateway.limits import connection_cap, raise_nofile
 from gateway.listen import BACKLOG, bind_listener
 from gateway.logs import configure
 from gateway.media import Media
-from gateway.mediahttp import MediaHttpServer
 from gateway.node import PACE_STEP_S, Node, due_by
 from gateway.periodic import Periodic
 from gateway.redact import config_secrets, redact_url, remember
@@ -86,7 +86,7 @@ class Server:
         self._ws_server: asyncio.Server | FdServer | None = None  # --ws-listen
         self.ws_url = ""  # ws://host:port/ws once it listens
         self._admin: AdminServer | None = None
-        self.media_http: MediaHttpServer | None = None  # --media-listen
+        self.media_http: MediaListener | None = None  # --media-listen
         self.media_base = ""  # the signed URLs' base, when media_http serves them
         self.cert_watch: CertificateWatch | None = None  # with --tls-cert
         self._cert_checks: Periodic | None = None
@@ -150,6 +150,7 @@ class Server:
                 cfg.admin_port,
                 on_drain=self._drain_soon,
                 token=cfg.admin_token,
+                api_keys=cfg.api_keys,
             )
             await self._bind_admin(self._admin)
         loop = asyncio.get_running_loop()
@@ -295,7 +296,7 @@ class Server:
         node.media = media
         if isinstance(media.objects, FileObjects) and cfg.media_listen:
             host, port = split_host_port(cfg.media_listen, any_port=True)
-            self.media_http = MediaHttpServer(
+            self.media_http = MediaListener(
                 media.objects, host, port, reuse_port=self.reuse_port,
                 per_address=cfg.media_max_connections_per_ip,
             )  # fmt: skip

@@ -191,6 +191,8 @@ class HttpListener:
         limits: Limits = Limits(),
         error_page: ErrorPage = text_page,
         reuse_port: bool = False,
+        log: Any = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self._handler = handler
         self._host = host
@@ -203,8 +205,8 @@ class HttpListener:
         self._sockets: asyncio.Server | None = None
         self.open = 0  # connections open
         self._open_from: dict[str, int] = {}
-        self.log = structlog.get_logger(f"imgw.{name}")
-        self._throttle = Throttle(time.monotonic)
+        self.log = log if log is not None else structlog.get_logger(f"imgw.{name}")
+        self._throttle = throttle or Throttle(time.monotonic)
 
     @property
     def port(self) -> int:
@@ -281,13 +283,13 @@ class HttpListener:
                 conn.request_ended()
 
     def refused(self, address: str, reason: str) -> None:
-        if (held := self._throttle.allow("refused")) is not None:
+        if (held := self._throttle.allow(f"{self.name} refused")) is not None:
             self.log.info(
                 "request refused", listener=self.name, reason=reason, similar_held_back=held
             )
 
     def failed(self, exc: BaseException | None) -> None:
-        if (held := self._throttle.allow("failed")) is not None:
+        if (held := self._throttle.allow(f"{self.name} failed")) is not None:
             self.log.error(
                 "request failed", listener=self.name, error=repr(exc), similar_held_back=held
             )

@@ -320,7 +320,7 @@ async def test_every_call_needs_the_token_and_json(start_gateway: StartGateway) 
     assert await api.error("GET", "nothing/here") == (404, "unknown_op")
     metrics = await api.metrics()
     assert 'imgw_api_calls_total{call="presence",code="auth_failed"}' not in metrics  # 401s
-    assert 'imgw_api_calls_total{call="unknown",code="unknown_op"} 1.0' in metrics
+    assert 'imgw_api_calls_total{call="unknown",code="unknown_op",key="admin"} 1.0' in metrics
     assert await api.error("DELETE", "p2p") == (405, "bad_request")
     async with httpx.AsyncClient() as client:
         r = await client.post(

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gateway import envelope
-from gateway.api import STATUS, ApiError, Bucket, Call, as_id, content_of
+from gateway.http.api import STATUS, ApiError, Bucket, Call, as_id, content_of
 from gateway.jsonout import JSON_SAFE_MAX, out_id
 from protocol.frames import Error, Ok
 from protocol.ops import ErrorCode, KickReason

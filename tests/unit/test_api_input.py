@@ -14,8 +14,9 @@ from typing import Any
 import msgpack
 import pytest
 
-from gateway import api
 from gateway.config import Config
+from gateway.http import api
+from gateway.http.keys import ADMIN_SCOPES, Caller
 from gateway.jsonout import message_json
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
@@ -30,6 +31,9 @@ class Log:
         self.events.append(event)
 
 
+ADMIN = Caller("admin", ADMIN_SCOPES)
+
+
 async def answer(method: str, path: str, raw: bytes) -> tuple[int, dict[str, Any], Log]:
     loop = asyncio.get_running_loop()
     log = Log()
@@ -37,7 +41,7 @@ async def answer(method: str, path: str, raw: bytes) -> tuple[int, dict[str, Any
         config=Config(), loop=loop, log=log, log_throttle=Throttle(loop.time),
         accepting=True, metrics=Metrics(),
     )  # fmt: skip
-    status, body = await api.Api(node).handle(method, api.PREFIX + path, "", raw)  # type: ignore[arg-type]
+    status, body, _ = await api.Api(node).handle(method, api.PREFIX + path, "", raw, ADMIN)  # type: ignore[arg-type]
     return status, body, log
 
 

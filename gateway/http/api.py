@@ -24,15 +24,19 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import parse_qs
 
 import msgpack
+from aiohttp import web
 
-from gateway.handlers import conversations, dispatch
-from gateway.handlers.base import RequestError, page_limit
+from gateway.handlers import conversations, dispatch, receipts
+from gateway.handlers.base import RequestError
 from gateway.handlers.messaging import MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX
 from gateway.handlers.receipts import PRESENCE_MAX_UIDS
+from gateway.handlers.sync import CONV_LIMIT_DEFAULT, CONV_LIMIT_MAX
+from gateway.http.keys import MANAGE, MODERATE, READ, SEND, Caller
 from gateway.jsonout import message_json, out_id
 from protocol.codec import encode
 from protocol.frames import (
     ConvOk,
+    Delivered,
     Error,
     GroupCreate,
     GroupMembers,
@@ -44,6 +48,9 @@ from protocol.frames import (
     OpenP2P,
     Pull,
     PullResult,
+    Read,
+    Recall,
+    RecallOk,
     Send,
     SendAck,
     ServerFrame,
@@ -52,7 +59,7 @@ from protocol.frames import (
 )
 from protocol.ops import KNOWN_CAPS, MAX_U64, ErrorCode, KickReason, MsgType, is_client_msg_type
 from protocol.parsers import FieldError, client_msg_id
-from protocol.token import DEVICE_RE
+from protocol.token import DEVICE_RE, sign_token
 from storage.errors import BackendUnavailable
 from storage.rules import SERVER_UID
 
@@ -66,6 +73,13 @@ CALL_TIMEOUT_S: Final = 30.0
 BROADCAST_MAX_UIDS: Final = 1000
 TEXT_MAX_BYTES: Final = 256  # a kick's text
 DATA_DEPTH_MAX: Final = 32  # arrays and objects nested in a system message's "data"
+MEMBERS_LIMIT_DEFAULT: Final = 500
+MEMBERS_LIMIT_MAX: Final = 5000
+TOKEN_MINT_BURST: Final = 1000  # client tokens minted at once, then TOKEN_MINT_PER_S
+TOKEN_MINT_PER_S: Final = 100.0
+TOKEN_TTL_DEFAULT_S: Final = 86_400
+TOKEN_TTL_MIN_S: Final = 60
+TOKEN_TTL_MAX_S: Final = 30 * 86_400
 
 # The HTTP status of each error code.
 STATUS: Final[Mapping[ErrorCode, int]] = {
@@ -87,33 +101,55 @@ STATUS: Final[Mapping[ErrorCode, int]] = {
     ErrorCode.OUTCOME_UNKNOWN: 503,
 }
 
-REASONS: Final[Mapping[int, str]] = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    413: "Content Too Large",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
-
 
 class ApiError(Exception):
     """Answer the call with this error code (and its HTTP status)."""
 
-    def __init__(self, code: ErrorCode, message: str, status: int = 0) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        status: int = 0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status or STATUS.get(code, 400)
+        self.headers = headers or {}
 
 
 def error_body(code: ErrorCode, message: str) -> dict[str, Any]:
     return {"error": {"code": code.name.lower(), "message": message}}
+
+
+def code_of_status(status: int) -> ErrorCode:
+    """The error code of an answer the listener gives by itself (a malformed request, a
+    cap, a path that is no call)."""
+    if status in (401, 403, 404, 413, 429, 500, 503):
+        return {
+            401: ErrorCode.AUTH_FAILED,
+            403: ErrorCode.FORBIDDEN,
+            404: ErrorCode.UNKNOWN_OP,
+            413: ErrorCode.CONTENT_TOO_LARGE,
+            429: ErrorCode.RATE_LIMITED,
+            500: ErrorCode.INTERNAL,
+            503: ErrorCode.UNAVAILABLE,
+        }[status]
+    return ErrorCode.INTERNAL if status >= 500 else ErrorCode.BAD_REQUEST
+
+
+def json_response(
+    status: int, body: object, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    return web.Response(
+        status=status, body=dumps(body), content_type="application/json", headers=headers
+    )
+
+
+def error_page(status: int, text: str) -> web.Response:
+    """The listener's own error answers, in the API's JSON shape."""
+    return json_response(status, error_body(code_of_status(status), text))
 
 
 # -- the Session of one call -------------------------------------------------------------
@@ -233,6 +269,27 @@ def query_count(query: Mapping[str, list[str]], name: str) -> int:
     return as_count(query[name][0], name) if name in query else 0
 
 
+def query_limit(query: Mapping[str, list[str]], default: int, cap: int) -> int:
+    """`limit`: 1..cap, `default` when it is left out."""
+    if "limit" not in query:
+        return default
+    raw = query["limit"][0]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10 and 1 <= int(raw) <= cap):
+        raise ApiError(ErrorCode.BAD_REQUEST, f"limit must be an integer in 1..{cap}")
+    return int(raw)
+
+
+def _known(values: dict[str, Any], known: frozenset[str], what: str) -> dict[str, Any]:
+    """`values`, if every name in it is one the call takes; else the error naming them."""
+    unknown = sorted(set(values) - known)
+    if unknown:
+        takes = ", ".join(sorted(known)) or "none"
+        raise ApiError(
+            ErrorCode.BAD_REQUEST, f"unknown {what} {', '.join(unknown)} (this call takes: {takes})"
+        )
+    return values
+
+
 # -- JSON out --------------------------------------------------------------------------
 
 
@@ -252,14 +309,23 @@ def stored_json(m: StoredMessage) -> dict[str, Any]:
 
 Result = tuple[int, dict[str, Any]]
 Handler = Callable[..., Awaitable[Result]]
+Answer = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, headers
+BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     method: str
+    path: str  # under PREFIX, with {id} for a path id
     pattern: re.Pattern[str]
     handler: Handler
-    body: bool  # takes a JSON object
+    scope: str  # what a key needs to call it (gateway/http/keys.py)
+    # the JSON keys of its body (a call without a body: its query parameters)
+    keys: frozenset[str]
+
+    @property
+    def body(self) -> bool:
+        return self.method in BODY_METHODS
 
 
 class Api:
@@ -272,31 +338,47 @@ class Api:
         self.broadcast_budget = Bucket(
             cfg.api_broadcast_burst, cfg.api_broadcast_per_s, node.loop.time
         )
-        self._routes: list[Endpoint] = []
-        for method, path, handler, body in (
-            ("POST", "conversations/{id}/messages", self.send, True),
-            ("GET", "conversations/{id}/messages", self.messages, False),
-            ("GET", "conversations/{id}", self.conversation, False),
-            ("POST", "conversations/{id}/members", self.members, True),
-            ("PUT", "conversations/{id}/title", self.title, True),
-            ("POST", "p2p", self.open_p2p, True),
-            ("POST", "groups", self.group_create, True),
-            ("GET", "users/{id}/conversations", self.user_conversations, False),
-            ("GET", "presence", self.presence, False),
-            ("POST", "kick", self.kick, True),
-            ("POST", "revoke", self.revoke, True),
-            ("POST", "broadcast", self.broadcast, True),
-        ):
-            regex = re.escape(path).replace(re.escape("{id}"), r"([0-9]+)")
-            self._routes.append(Endpoint(method, re.compile(regex), handler, body))
+        self.token_budget = Bucket(TOKEN_MINT_BURST, TOKEN_MINT_PER_S, node.loop.time)
+        self.endpoints: list[Endpoint] = []
+        for method, path, handler, scope, keys in (
+            ("POST", "conversations/{id}/messages", self.send, SEND,
+             "sender_uid client_msg_id msg_type text content_b64 data"),
+            ("GET", "conversations/{id}/messages", self.messages, READ,
+             "limit before_seq after_seq as_uid cursor"),
+            ("GET", "conversations/{id}", self.conversation, READ, ""),
+            ("GET", "conversations/{id}/members", self.member_page, READ, "limit cursor"),
+            ("POST", "conversations/{id}/members", self.members, MANAGE, "add remove by_uid"),
+            ("PUT", "conversations/{id}/title", self.title, MANAGE, "title by_uid"),
+            ("POST", "conversations/{id}/recall", self.recall, SEND, "uid seq"),
+            ("POST", "conversations/{id}/read", self.read, SEND, "uid seq"),
+            ("POST", "conversations/{id}/delivered", self.delivered, SEND, "uid device seq"),
+            ("POST", "p2p", self.open_p2p, MANAGE, "uid peer_uid"),
+            ("POST", "groups", self.group_create, MANAGE, "owner_uid title uids"),
+            ("GET", "users/{id}/conversations", self.user_conversations, READ,
+             "device limit cursor"),
+            ("POST", "tokens", self.mint_token, MANAGE, "uid device ttl_s"),
+            ("GET", "presence", self.presence, READ, "uids"),
+            ("POST", "kick", self.kick, MODERATE, "uid device reason text"),
+            ("POST", "revoke", self.revoke, MODERATE, "uid device"),
+            ("POST", "broadcast", self.broadcast, MODERATE, "uids msg_type text content_b64"),
+        ):  # fmt: skip
+            regex = re.escape(path).replace(re.escape("{id}"), r"([^/]+)")
+            self.endpoints.append(
+                Endpoint(method, path, re.compile(regex), handler, scope, frozenset(keys.split()))
+            )
 
-    async def handle(self, method: str, path: str, query: str, body: bytes) -> Result:
-        """The status and JSON body answering one request to `path` (under PREFIX)."""
+    async def handle(
+        self, method: str, path: str, query: str, body: bytes, caller: Caller
+    ) -> Answer:
+        """The status, JSON body and headers answering one request to `path` (under
+        PREFIX) from `caller`."""
         called = ["unknown"]  # the call's name, once its endpoint is found
+        headers: dict[str, str] = {}
         try:
-            result = await self._handle(method, path, query, body, called)
+            result = await self._handle(method, path, query, body, caller, called)
         except ApiError as e:
             result = e.status, error_body(e.code, e.message)
+            headers = e.headers
         except BackendUnavailable as e:
             result = 503, error_body(ErrorCode.UNAVAILABLE, f"storage unavailable: {e}")
         except TimeoutError:
@@ -308,15 +390,15 @@ class Api:
             result = 500, error_body(ErrorCode.INTERNAL, "internal error")
         error = result[1].get("error")
         code = "ok" if error is None else str(error["code"])
-        self._node.metrics.api_calls.labels(call=called[0], code=code).inc()
-        return result
+        self._node.metrics.api_calls.labels(call=called[0], code=code, key=caller.name).inc()
+        return result[0], result[1], headers
 
     async def _handle(
-        self, method: str, path: str, query: str, raw: bytes, called: list[str]
+        self, method: str, path: str, query: str, raw: bytes, caller: Caller, called: list[str]
     ) -> Result:
         rest = path[len(PREFIX) :]
         allowed: list[str] = []
-        for route in self._routes:
+        for route in self.endpoints:
             m = route.pattern.fullmatch(rest)
             if m is None:
                 continue
@@ -324,18 +406,27 @@ class Api:
                 allowed.append(route.method)
                 continue
             called[0] = route.handler.__name__
+            if route.scope not in caller.scopes:
+                raise ApiError(
+                    ErrorCode.FORBIDDEN, f"the key {caller.name} lacks the scope {route.scope}"
+                )
             if method != "GET" and not self._node.accepting:
                 # its batcher is being drained: a send could no longer be committed
                 raise ApiError(ErrorCode.UNAVAILABLE, "this node is draining; call another")
             args: list[Any] = [as_id(g, "id") for g in m.groups()]
             if route.body:
-                args.append(_json_object(raw))
+                args.append(_known(_json_object(raw), route.keys, "key"))
             else:
-                args.append(parse_qs(query))
+                args.append(_known(parse_qs(query), route.keys, "query parameter"))
             async with asyncio.timeout(CALL_TIMEOUT_S):
                 return await route.handler(*args)
         if allowed:
-            raise ApiError(ErrorCode.BAD_REQUEST, f"use {' or '.join(allowed)}", status=405)
+            raise ApiError(
+                ErrorCode.BAD_REQUEST,
+                f"use {' or '.join(allowed)}",
+                status=405,
+                headers={"Allow": ", ".join(allowed)},
+            )
         raise ApiError(ErrorCode.UNKNOWN_OP, f"no API call {path}")
 
     async def _call(self, uid: int, frame: Any, device: str = "") -> ServerFrame:
@@ -392,27 +483,86 @@ class Api:
 
     async def messages(self, conv_id: int, query: Mapping[str, list[str]]) -> Result:
         """A page of history: the last `limit` before `before_seq` (0: the newest), or
-        with `after_seq` the first `limit` after it. With `as_uid`, as that member reads
-        it over TCP (HISTORY / PULL, membership and all); else the whole conversation."""
-        limit = query_count(query, "limit")
-        after = "after_seq" in query
-        seq = query_count(query, "after_seq" if after else "before_seq")
+        with `after_seq` the first `limit` after it; `cursor` (a page's `next_cursor`)
+        goes on from where that page ended, the same way. With `as_uid`, as that member
+        reads it over TCP (HISTORY / PULL, membership and all); else the whole
+        conversation."""
+        limit = query_limit(query, MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX)
+        if "cursor" in query:
+            after, seq = _history_cursor(query["cursor"][0])
+        else:
+            after = "after_seq" in query
+            seq = query_count(query, "after_seq" if after else "before_seq")
         as_uid = query_count(query, "as_uid")
         if as_uid:
             frame = Pull(RID, conv_id, seq, limit) if after else History(RID, conv_id, seq, limit)
             page = await self._call(as_uid, frame)
             assert isinstance(page, PullResult | HistoryResult)
             msgs = [record_json(r) for r in page.msgs]
+            seqs = [r.seq for r in page.msgs]
             more = page.has_more
         else:
             store = self._node.store
             if await store.get_conversation(conv_id) is None:
                 raise ApiError(ErrorCode.NO_SUCH_CONVERSATION, f"no conversation {conv_id}")
-            n = page_limit(limit, MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX)
             read = store.read_after if after else store.read_before
-            stored, more = await read(conv_id, seq, n, min_seq=0, max_seq=None)
+            stored, more = await read(conv_id, seq, limit, min_seq=0, max_seq=None)
             msgs = [stored_json(m) for m in stored]
-        return 200, {"conv_id": out_id(conv_id), "has_more": more, "messages": msgs}
+            seqs = [m.seq for m in stored]
+        cursor = None
+        if more and seqs:
+            cursor = f"a{max(seqs)}" if after else f"b{min(seqs)}"
+        return 200, {
+            "conv_id": out_id(conv_id),
+            "has_more": more,
+            "next_cursor": cursor,
+            "messages": msgs,
+        }
+
+    async def recall(self, conv_id: int, body: Mapping[str, Any]) -> Result:
+        """RECALL of message `seq` as `uid` (its sender, or the group's owner)."""
+        uid = as_id(field(body, "uid"), "uid")
+        seq = as_id(field(body, "seq"), "seq")
+        ok = await self._call(uid, Recall(RID, conv_id, seq))
+        assert isinstance(ok, RecallOk)
+        return 200, {
+            "conv_id": out_id(conv_id),
+            "seq": out_id(seq),
+            "recall_seq": out_id(ok.recall_seq),
+        }
+
+    async def read(self, conv_id: int, body: Mapping[str, Any]) -> Result:
+        """READ as `uid`: its read position moves up to `seq` (never back), and the
+        members are told (READ_NOTIFY), as over TCP."""
+        uid = as_id(field(body, "uid"), "uid")
+        seq = as_count(field(body, "seq"), "seq")
+        await self._receipt(receipts.read, uid, "", Read(conv_id, seq))
+        return 200, {"conv_id": out_id(conv_id), "uid": out_id(uid), "seq": out_id(seq)}
+
+    async def delivered(self, conv_id: int, body: Mapping[str, Any]) -> Result:
+        """DELIVERED as `uid` on `device`: that device's delivered position moves up to
+        `seq` (never back)."""
+        uid = as_id(field(body, "uid"), "uid")
+        device = as_str(field(body, "device"), "device")
+        if not DEVICE_RE.fullmatch(device):
+            raise ApiError(ErrorCode.BAD_REQUEST, "device must match [A-Za-z0-9_-]{1,32}")
+        seq = as_count(field(body, "seq"), "seq")
+        await self._receipt(receipts.delivered, uid, device, Delivered(conv_id, seq))
+        return 200, {
+            "conv_id": out_id(conv_id),
+            "uid": out_id(uid),
+            "device": device,
+            "seq": out_id(seq),
+        }
+
+    async def _receipt(
+        self, handler: Callable[..., Awaitable[None]], uid: int, device: str, frame: Any
+    ) -> None:
+        """A TCP op that answers nothing (READ, DELIVERED), run as `uid`."""
+        try:
+            await handler(self._node, Call(self._node.loop, uid, device), frame)
+        except RequestError as e:
+            raise ApiError(e.code, e.text) from None
 
     # -- conversations -------------------------------------------------------------------
 
@@ -429,6 +579,28 @@ class Api:
             "owner_uid": out_id(conv.owner_uid),
             "created_ms": conv.created_ms,
             "members": [out_id(u) for u in members],
+        }
+
+    async def member_page(self, conv_id: int, query: Mapping[str, list[str]]) -> Result:
+        """The members in uid order, `limit` at a time after `cursor` (a page's
+        `next_cursor`)."""
+        limit = query_limit(query, MEMBERS_LIMIT_DEFAULT, MEMBERS_LIMIT_MAX)
+        after = 0
+        if "cursor" in query:
+            raw = query["cursor"][0]
+            if not (raw.startswith("u") and raw[1:].isascii() and raw[1:].isdigit()):
+                raise ApiError(ErrorCode.BAD_REQUEST, "cursor was not issued here")
+            after = int(raw[1:])
+        store = self._node.store
+        if await store.get_conversation(conv_id) is None:
+            raise ApiError(ErrorCode.NO_SUCH_CONVERSATION, f"no conversation {conv_id}")
+        uids = sorted(u for u in await store.member_uids(conv_id) if u > after)
+        page = uids[:limit]
+        cursor = f"u{page[-1]}" if len(uids) > limit else None
+        return 200, {
+            "conv_id": out_id(conv_id),
+            "members": [out_id(u) for u in page],
+            "next_cursor": cursor,
         }
 
     async def open_p2p(self, body: Mapping[str, Any]) -> Result:
@@ -487,7 +659,8 @@ class Api:
                 cursor = bytes.fromhex(query["cursor"][0])
             except ValueError:
                 raise ApiError(ErrorCode.BAD_REQUEST, "cursor was not issued here") from None
-        page = await self._call(uid, Sync(RID, 0, cursor, query_count(query, "limit")), device)
+        limit = query_limit(query, CONV_LIMIT_DEFAULT, CONV_LIMIT_MAX)
+        page = await self._call(uid, Sync(RID, 0, cursor, limit), device)
         assert isinstance(page, SyncResult)
         rows = [
             {
@@ -506,6 +679,34 @@ class Api:
         return 200, {"conversations": rows, "next_cursor": next_cursor}
 
     # -- sessions ------------------------------------------------------------------------
+
+    async def mint_token(self, body: Mapping[str, Any]) -> Result:
+        """A client token for `uid` on `device`, valid `ttl_s` seconds, signed with the
+        node's first token key (what LOGIN takes): an app backend need not implement the
+        token format. Rate-limited for the node (TOKEN_MINT_PER_S, bursts of
+        TOKEN_MINT_BURST)."""
+        uid = as_id(field(body, "uid"), "uid")
+        device = as_str(field(body, "device"), "device")
+        if not DEVICE_RE.fullmatch(device):
+            raise ApiError(ErrorCode.BAD_REQUEST, "device must match [A-Za-z0-9_-]{1,32}")
+        ttl = body.get("ttl_s", TOKEN_TTL_DEFAULT_S)
+        if type(ttl) is not int or not TOKEN_TTL_MIN_S <= ttl <= TOKEN_TTL_MAX_S:
+            raise ApiError(
+                ErrorCode.BAD_REQUEST,
+                f"ttl_s must be an integer in {TOKEN_TTL_MIN_S}..{TOKEN_TTL_MAX_S}",
+            )
+        if not self.token_budget.take(1):
+            raise ApiError(ErrorCode.RATE_LIMITED, "token budget spent; slow down")
+        kid, _, secret = self._node.config.token_keys[0].partition(":")
+        now = int(time.time())
+        token = sign_token(kid, secret, uid, device, now + ttl, iat=now)
+        return 200, {
+            "token": token,
+            "uid": out_id(uid),
+            "device": device,
+            "kid": kid,
+            "exp": now + ttl,
+        }
 
     async def presence(self, query: Mapping[str, list[str]]) -> Result:
         """The online devices of each uid, on every node (no visibility rule: the
@@ -592,6 +793,15 @@ class Bucket:
         return True
 
 
+def _history_cursor(raw: str) -> tuple[bool, int]:
+    """(after, seq) of a history page's `next_cursor`: "a<seq>" or "b<seq>"."""
+    if raw[:1] in ("a", "b") and raw[1:].isascii() and raw[1:].isdigit() and len(raw) <= 21:
+        seq = int(raw[1:])
+        if seq <= MAX_U64:
+            return raw[0] == "a", seq
+    raise ApiError(ErrorCode.BAD_REQUEST, "cursor was not issued here")
+
+
 def _json_object(raw: bytes) -> dict[str, Any]:
     """The request body: a JSON object of strict JSON (no NaN or Infinity, nor a number
     too large for a float, which Python's parser would take: a stored one would come
@@ -630,10 +840,6 @@ def _depth(value: Any) -> int:
         depth += 1
         level = [x for c in containers for x in (c.values() if isinstance(c, dict) else c)]
     return depth
-
-
-def http_status(status: int) -> str:
-    return f"{status} {REASONS.get(status, 'Error')}"
 
 
 def dumps(body: object) -> bytes:
