@@ -1,7 +1,7 @@
 """The media objects and their signed URLs, by media URL (the archive's two schemes):
 
 - `file:///abs/path`: a directory on the gateway's machine; its URLs point at the
-  gateway's media listener (gateway/mediahttp.py) and are signed with the media secret
+  gateway's media listener (gateway/http/media.py) and are signed with the media secret
   (storage/media/signing.py);
 - `s3://bucket/prefix?endpoint=http://host:9000&region=us-east-1`: S3 or an
   S3-compatible store, presigned with botocore (SigV4). Credentials come from the usual

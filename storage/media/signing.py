@@ -1,5 +1,5 @@
 """Signed URLs of a `file://` media root, served by the gateway's media listener
-(gateway/mediahttp.py): pure functions, no I/O.
+(gateway/http/media.py): pure functions, no I/O.
 
 A URL names the method, the key, an expiry (Unix seconds), the content type and, for an
 upload, the size the upload must have (a download's URL has no `size`: it signs 0);
