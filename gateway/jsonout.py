@@ -10,7 +10,8 @@ from typing import Any, Final
 
 import msgpack
 
-from protocol.ops import MsgType, is_client_msg_type
+from protocol.ops import MEDIA_MSG_TYPES, MsgType, is_client_msg_type
+from storage.media.keys import key_of_content
 
 JSON_SAFE_MAX: Final = (1 << 53) - 1  # larger integers go out as decimal strings
 
@@ -29,8 +30,10 @@ def message_json(
     server_ms: int,
     cmid: str,
 ) -> dict[str, Any]:
-    """One stored message: `content_b64` always, `text` for a client type that is valid
-    UTF-8, `event` (the decoded map) for a system message."""
+    """One stored message: `content_b64` always; `text` for a client type that is valid
+    UTF-8; `event` (the decoded map) for a system message; `media` (`key`, and the
+    `size` and `content_type` its sender gave) for an image, voice or file message that
+    carries an object key."""
     out: dict[str, Any] = {
         "seq": out_id(seq),
         "msg_id": str(msg_id),  # a snowflake: always above 2^53
@@ -48,7 +51,24 @@ def message_json(
             pass
         else:
             out["event"] = event
+    elif msg_type in MEDIA_MSG_TYPES and (media := media_json(content)) is not None:
+        out["media"] = media
     elif is_client_msg_type(msg_type):
         with contextlib.suppress(UnicodeDecodeError):
             out["text"] = content.decode()
     return out
+
+
+def media_json(content: bytes) -> dict[str, Any] | None:
+    """The media reference of a media message's content (storage/media/keys.py: a
+    msgpack map with a str "key"), as JSON; None when the content carries none."""
+    if key_of_content(content) is None:
+        return None
+    fields = msgpack.unpackb(content, raw=False, strict_map_key=False)
+    size = fields.get("size")
+    ctype = fields.get("type")
+    return {
+        "key": fields["key"],
+        "size": size if type(size) is int and 0 <= size <= JSON_SAFE_MAX else None,
+        "content_type": ctype if isinstance(ctype, str) else None,
+    }
