@@ -313,6 +313,33 @@ Answer = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, header
 BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
+# The calls under PREFIX: (method, path with {id} for a path id, the Api method that
+# answers it, the scope a key needs, the JSON keys of its body or, for GET, its query
+# parameters). gateway/http/openapi.py documents each one.
+ROUTES: Final[tuple[tuple[str, str, str, str, str], ...]] = (
+    ("POST", "conversations/{id}/messages", "send", SEND,
+     "sender_uid client_msg_id msg_type text content_b64 data"),
+    ("GET", "conversations/{id}/messages", "messages", READ,
+     "limit before_seq after_seq as_uid cursor"),
+    ("GET", "conversations/{id}", "conversation", READ, ""),
+    ("GET", "conversations/{id}/members", "member_page", READ, "limit cursor"),
+    ("POST", "conversations/{id}/members", "members", MANAGE, "add remove by_uid"),
+    ("PUT", "conversations/{id}/title", "title", MANAGE, "title by_uid"),
+    ("POST", "conversations/{id}/recall", "recall", SEND, "uid seq"),
+    ("POST", "conversations/{id}/read", "read", SEND, "uid seq"),
+    ("POST", "conversations/{id}/delivered", "delivered", SEND, "uid device seq"),
+    ("POST", "p2p", "open_p2p", MANAGE, "uid peer_uid"),
+    ("POST", "groups", "group_create", MANAGE, "owner_uid title uids"),
+    ("GET", "users/{id}/conversations", "user_conversations", READ,
+     "device limit cursor"),
+    ("POST", "tokens", "mint_token", MANAGE, "uid device ttl_s"),
+    ("GET", "presence", "presence", READ, "uids"),
+    ("POST", "kick", "kick", MODERATE, "uid device reason text"),
+    ("POST", "revoke", "revoke", MODERATE, "uid device"),
+    ("POST", "broadcast", "broadcast", MODERATE, "uids msg_type text content_b64"),
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     method: str
@@ -340,28 +367,8 @@ class Api:
         )
         self.token_budget = Bucket(TOKEN_MINT_BURST, TOKEN_MINT_PER_S, node.loop.time)
         self.endpoints: list[Endpoint] = []
-        for method, path, handler, scope, keys in (
-            ("POST", "conversations/{id}/messages", self.send, SEND,
-             "sender_uid client_msg_id msg_type text content_b64 data"),
-            ("GET", "conversations/{id}/messages", self.messages, READ,
-             "limit before_seq after_seq as_uid cursor"),
-            ("GET", "conversations/{id}", self.conversation, READ, ""),
-            ("GET", "conversations/{id}/members", self.member_page, READ, "limit cursor"),
-            ("POST", "conversations/{id}/members", self.members, MANAGE, "add remove by_uid"),
-            ("PUT", "conversations/{id}/title", self.title, MANAGE, "title by_uid"),
-            ("POST", "conversations/{id}/recall", self.recall, SEND, "uid seq"),
-            ("POST", "conversations/{id}/read", self.read, SEND, "uid seq"),
-            ("POST", "conversations/{id}/delivered", self.delivered, SEND, "uid device seq"),
-            ("POST", "p2p", self.open_p2p, MANAGE, "uid peer_uid"),
-            ("POST", "groups", self.group_create, MANAGE, "owner_uid title uids"),
-            ("GET", "users/{id}/conversations", self.user_conversations, READ,
-             "device limit cursor"),
-            ("POST", "tokens", self.mint_token, MANAGE, "uid device ttl_s"),
-            ("GET", "presence", self.presence, READ, "uids"),
-            ("POST", "kick", self.kick, MODERATE, "uid device reason text"),
-            ("POST", "revoke", self.revoke, MODERATE, "uid device"),
-            ("POST", "broadcast", self.broadcast, MODERATE, "uids msg_type text content_b64"),
-        ):  # fmt: skip
+        for method, path, name, scope, keys in ROUTES:
+            handler = getattr(self, name)
             regex = re.escape(path).replace(re.escape("{id}"), r"([^/]+)")
             self.endpoints.append(
                 Endpoint(method, path, re.compile(regex), handler, scope, frozenset(keys.split()))
