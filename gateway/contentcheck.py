@@ -31,6 +31,7 @@ import asyncio
 import json
 from binascii import b2a_base64
 from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring_ascii as json_string
 from typing import Any, Final
 
 import aiohttp
@@ -49,22 +50,19 @@ class CheckFailed(StoreUnavailable):
 
 
 def check_body(batch: Sequence[NewMessage]) -> bytes:
-    """The request body for `batch`, as UTF-8 JSON."""
-    return json.dumps(
-        {
-            "messages": [
-                {
-                    "conv_id": m.conv_id,
-                    "sender_uid": m.sender_uid,
-                    "client_msg_id": m.client_msg_id,
-                    "msg_type": m.msg_type,
-                    "content": b2a_base64(m.content, newline=False).decode("ascii"),
-                }
-                for m in batch
-            ]
-        },
-        separators=(",", ":"),
-    ).encode()
+    """The request body for `batch`, as JSON in ASCII. Written out rather than through
+    json.dumps of dicts (a third of the CPU): the numbers are ints (an IntEnum formats as
+    its value), the content is base64, and the client's message id is the one string that
+    needs JSON's escaping."""
+    messages = ",".join(
+        [
+            f'{{"conv_id":{m.conv_id},"sender_uid":{m.sender_uid},'
+            f'"client_msg_id":{json_string(m.client_msg_id)},"msg_type":{m.msg_type},'
+            f'"content":"{b2a_base64(m.content, newline=False).decode("ascii")}"}}'
+            for m in batch
+        ]
+    )
+    return f'{{"messages":[{messages}]}}'.encode("ascii")
 
 
 class WebhookCheck:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.config import Config, ConfigError
+from gateway.drain import DrainError, drain_by_admin, revoke_by_admin
 from gateway.server import Server
 from protocol.frames import (
     ConvOk,
@@ -156,6 +157,28 @@ async def test_admin_actions_need_the_token_when_one_is_set(start_gateway: Start
     assert gw.node is not None and gw.node.accepting  # none of them started a drain
     assert (await http(port, "POST", "/drain", "authorization: bearer s3cret"))[0] == 202
     await asyncio.wait_for(gw.wait_stopped(), timeout=10)  # the drain ran to its end
+
+
+async def test_imgw_drain_and_revoke_say_what_the_admin_port_answered(
+    start_gateway: StartGateway,
+) -> None:
+    """The CLI's client (gateway/drain.py) against the admin listener: a refusal says the
+    message of its JSON error, not the JSON; a revoke prints the node's answer."""
+    port = free_port()
+    gw = await start_gateway(admin_port=port, admin_token="s3cret")
+    addr = f"127.0.0.1:{port}"
+    with pytest.raises(DrainError) as refused:
+        await asyncio.to_thread(
+            drain_by_admin, addr, rate=None, hint=None, wait=False, timeout=5, token="wrong"
+        )
+    assert str(refused.value).startswith(f"{addr} answered 401: ")
+    assert "{" not in str(refused.value), refused.value
+    revoked = await asyncio.to_thread(revoke_by_admin, addr, 5, None, token="s3cret")
+    assert revoked == "revoked; 0 session(s) kicked"
+    await asyncio.to_thread(
+        drain_by_admin, addr, rate=None, hint=None, wait=False, timeout=5, token="s3cret"
+    )
+    await asyncio.wait_for(gw.wait_stopped(), timeout=10)
 
 
 def test_a_public_admin_address_needs_a_token(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway.contentcheck import FAIL_CLOSED, CheckFailed, WebhookCheck, check_body
 from gateway.notify import Notifier
+from protocol.ops import MsgType
 from storage.models import NewMessage, StoredMessage
 from tests.support.waiting import wait_until
 
@@ -90,7 +91,7 @@ async def test_the_check_keeps_one_connection_alive_across_batches(hook: Hook) -
 
 
 async def test_the_check_sends_the_documented_body(hook: Hook) -> None:
-    batch = [NewMessage(9, 42, "m-é", 1, b"\x00bin\xff"), NewMessage(7, 43, "m2", 2, b"")]
+    batch = [NewMessage(9, 42, 'm-é "q" \\', 1, b"\x00bin\xff"), NewMessage(7, 43, "m2", 2, b"")]
     check = WebhookCheck(hook.url, timeout_s=5, fail=FAIL_CLOSED, pool=1, log=Log())
     try:
         assert await check.check(batch) == [True, True]
@@ -99,7 +100,7 @@ async def test_the_check_sends_the_documented_body(hook: Hook) -> None:
     [body] = hook.bodies
     assert body == {
         "messages": [
-            {"conv_id": 9, "sender_uid": 42, "client_msg_id": "m-é", "msg_type": 1,
+            {"conv_id": 9, "sender_uid": 42, "client_msg_id": 'm-é "q" \\', "msg_type": 1,
              "content": base64.b64encode(b"\x00bin\xff").decode()},
             {"conv_id": 7, "sender_uid": 43, "client_msg_id": "m2", "msg_type": 2,
              "content": ""},
@@ -107,6 +108,11 @@ async def test_the_check_sends_the_documented_body(hook: Hook) -> None:
     }  # fmt: skip
     assert hook.headers[0]["Content-Type"] == "application/json"
     assert json.loads(check_body(batch)) == body
+
+
+def test_the_body_carries_a_message_type_as_its_number() -> None:
+    [message] = json.loads(check_body([NewMessage(1, 2, "c", MsgType.IMAGE, b"x")]))["messages"]
+    assert message["msg_type"] == int(MsgType.IMAGE)
 
 
 async def test_a_redirect_fails_the_check(hook: Hook) -> None:
