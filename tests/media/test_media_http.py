@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
+import io
 import os
 import time
 from collections.abc import AsyncIterator
@@ -225,24 +227,20 @@ async def test_a_chunked_put_is_refused_411(listener: MediaListener) -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "status"),
+    ("body", "ctype", "status"),
     [
-        ({"size": 1}, 413),  # another Content-Length than signed
-        ({"type": "image/gif"}, 400),  # another Content-Type than signed
-        ({"body": b"x" * 10}, 400),  # another body than the key's hash
+        (b"some byte", "image/png", 413),  # another Content-Length than signed
+        (b"some bytes", "image/gif", 400),  # another Content-Type than signed
+        (b"other byte", "image/png", 400),  # another body than the key's hash
     ],
 )
 async def test_a_put_unlike_its_url_is_refused(
-    listener: MediaListener, change: dict[str, object], status: int
+    listener: MediaListener, body: bytes, ctype: str, status: int
 ) -> None:
-    data = b"some bytes"
-    target = _upload_target(listener, data)
-    size = change.get("size", len(data))
-    ctype = change.get("type", "image/png")
-    body = change.get("body", data)
-    assert isinstance(body, bytes)
-    head = f"PUT {target} HTTP/1.1\r\n{HOST}Content-Length: {size}\r\nContent-Type: {ctype}\r\n"
-    got, _, _ = await _exchange(listener, head.encode() + b"\r\n" + body[: int(str(size))])
+    target = _upload_target(listener, b"some bytes")
+    head = f"PUT {target} HTTP/1.1\r\n{HOST}Content-Length: {len(body)}\r\n"
+    head += f"Content-Type: {ctype}\r\n\r\n"
+    got, _, _ = await _exchange(listener, head.encode() + body)
     assert got == status
     assert _stored_files(listener) == []
 
@@ -266,6 +264,41 @@ async def test_downloads_are_never_sniffed_nor_run_as_pages(listener: MediaListe
     assert headers["content-type"] == "image/svg+xml"
     assert headers["x-content-type-options"] == "nosniff"
     assert headers["content-security-policy"] == "default-src 'none'; sandbox"
+
+
+async def test_a_disk_error_after_the_head_went_out_ends_the_connection(
+    listener: MediaListener, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The object's second chunk cannot be read: the peer has the head and the first
+    chunk, then the connection ends (a short body, never a 500 after a 200)."""
+    data = os.urandom(3 * media.CHUNK)
+    target = await _stored(listener, data, "application/octet-stream")
+
+    class FailingFile(io.FileIO):
+        reads = 0
+
+        def read(self, size: int = -1) -> bytes:
+            self.reads += 1
+            if self.reads > 1:
+                raise OSError(errno.EIO, "Input/output error")
+            return super().read(size)
+
+    monkeypatch.setattr(media, "open", lambda path, mode: FailingFile(path), raising=False)
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+    try:
+        writer.write(_get_head(target))
+        async with asyncio.timeout(5):
+            head = await reader.readuntil(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert f"Content-Length: {len(data)}\r\n".encode() in head
+        got = 0
+        with contextlib.suppress(ConnectionResetError):
+            async with asyncio.timeout(5):
+                while chunk := await reader.read(1 << 16):  # until the connection ends
+                    got += len(chunk)
+        assert got <= media.CHUNK  # the first chunk at most
+    finally:
+        writer.close()
 
 
 async def test_a_download_to_a_peer_that_stops_reading_is_dropped(
