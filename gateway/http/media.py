@@ -15,7 +15,7 @@ signed), 404 (no such object), 405 (another method; `Allow: GET, PUT`), 409 (a P
 URL whose upload is under way on another connection), 500 (the disk failed; retry
 later). A request line or header over the listener's field limit, or too many headers,
 is answered by aiohttp's parser (400 or 431) and the connection closed. A refusal of a
-request with a body closes its connection (what is left of the body is not read).
+request with a body closes its connection (nothing of the body is kept).
 Downloads are served with `X-Content-Type-Options: nosniff` and a sandboxing CSP, so
 that an upload of an allowed type a browser could run (SVG, say) is never a page.
 A peer that sends or reads nothing for BODY_IDLE_S is dropped, and so is one that falls
