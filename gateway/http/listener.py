@@ -7,7 +7,11 @@ bodies), with the limits a port that anyone may reach needs:
   first byte, else the connection is closed (a peer that trickles headers holds no slot
   for long); an idle keep-alive connection is closed after `idle_timeout_s`;
 - lines and header fields of at most `max_field` bytes, at most `max_headers` headers;
-- bodies: `read_body` takes one up to a byte limit and a deadline (413, 408).
+- bodies: `read_body` takes one up to a byte limit and a deadline (413, 408);
+- a connection closed while its peer reads nothing (its write buffer not empty) is
+  aborted, so that it gives its slot back at once.
+
+aiohttp answers an HTTP/1.1 request without a `Host` header 400, as RFC 9112 asks.
 
 Every error the listener answers itself (a malformed request, the caps above) is written
 by the listener's `error_page`, so that a port whose answers are JSON answers JSON
@@ -65,8 +69,8 @@ def text_page(status: int, text: str) -> web.Response:
 
 async def read_body(request: web.BaseRequest, limit: int, deadline_s: float) -> bytes:
     """The request's whole body (Content-Length or chunked), at most `limit` bytes, all
-    within `deadline_s`; else HttpError 413 or 408 (the connection is then closed: what
-    is left of the body is not read)."""
+    within `deadline_s`; else HttpError 413 or 408, answered with `Connection: close`
+    (aiohttp discards what is left of the body for at most its lingering time, 2 s)."""
     length = request.content_length
     if length is not None and length > limit:
         raise HttpError(413, f"the body is over {limit} bytes", close=True)
@@ -131,6 +135,14 @@ class _Connection(web.RequestHandler):
                 self._listener.limits.head_timeout_s, self._head_late
             )
         super().data_received(data)
+
+    def force_close(self) -> None:
+        """Close now; a peer that reads nothing would hold a graceful close (and its
+        slot) until its write buffer drained, so such a connection is aborted."""
+        super().force_close()
+        transport = self.transport
+        if transport is not None and transport.get_write_buffer_size():
+            transport.abort()
 
     def request_began(self) -> None:
         self._busy = True
@@ -272,6 +284,12 @@ class HttpListener:
             conn.request_began()
         try:
             return await self._handler(request)
+        except ConnectionError:  # the peer went away mid-request: nobody to answer
+            if request.transport is not None:
+                request.transport.abort()
+            gone = web.Response(status=400)
+            gone.force_close()
+            return gone
         except HttpError as e:
             page = self.error_page(e.status, e.text)
             page.headers.update(e.headers)
