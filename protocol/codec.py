@@ -7,7 +7,8 @@ what msgpack packing does (an int outside -2^63..2^64-1 raises OverflowError).
 The body layout is derived from each frame class: array frames are
 ``[OP, *fields]`` in declaration order (which is wire order); records are NamedTuples
 and nested tuples, which msgpack packs as arrays. Field-less frames are packed once
-at import. Only LOGIN and LOGIN_OK, whose bodies carry maps, have their own encoder.
+at import. Only LOGIN, LOGIN_OK and PUSH_REGISTER, whose bodies carry maps, have their
+own encoder.
 
 Thread safety: packing goes through one module-level `msgpack.Packer`, which is not
 reentrant. The gateway encodes from its event loop thread only; code that encodes
@@ -29,6 +30,7 @@ from protocol.frames import (
     Frame,
     Login,
     LoginOk,
+    PushRegister,
 )
 
 _packer: Final = msgpack.Packer(use_bin_type=True, autoreset=True)
@@ -65,6 +67,11 @@ def _login_ok_body(f: LoginOk) -> object:
     )
 
 
+def _push_register_body(f: PushRegister) -> object:
+    opts = {"preview": f.preview, "locale": f.locale}
+    return (f.OP.value, f.rid, f.provider, f.token, opts)
+
+
 def _array_body(cls: type[Frame]) -> _BodyOf:
     op = cls.OP.value
     names: tuple[str, ...] = cls.__match_args__
@@ -75,7 +82,11 @@ def _array_body(cls: type[Frame]) -> _BodyOf:
     return lambda f: (op, *many(f))
 
 
-_BODY_OF: Final[dict[type, _BodyOf]] = {Login: _login_body, LoginOk: _login_ok_body}
+_BODY_OF: Final[dict[type, _BodyOf]] = {
+    Login: _login_body,
+    LoginOk: _login_ok_body,
+    PushRegister: _push_register_body,
+}
 _CONSTANT: Final[dict[type, tuple[bytes, bytes]]] = {}  # field-less frames: (body, frame)
 
 for _cls in (*CLIENT_FRAME_TYPES, *SERVER_FRAME_TYPES):

@@ -4,6 +4,8 @@ The field order of every array frame is its wire order (docs/protocol.md, Ops), 
 lets the codec derive the body layout from the class instead of repeating it. LOGIN and
 LOGIN_OK carry maps on the wire; their fields are the map's keys after ``rid``.
 
+PUSH_REGISTER carries its `opts` map last; its keys are fields of `PushRegister`.
+
 Records (`MsgRecord`, `ConvRecord`) are NamedTuples so that msgpack packs them as
 arrays without any conversion. `Invalid` is not a wire op: it is what the decoder
 returns for a well-framed body that must be answered with an ERROR.
@@ -196,6 +198,35 @@ class MediaGet:
     key: str
 
 
+@dataclass(slots=True)
+class PushRegister:
+    """Register the logged-in device for offline push at service `provider` under
+    `token`. `preview` and `locale` travel in the opts map (their defaults when absent)."""
+
+    OP: ClassVar[Op] = Op.PUSH_REGISTER
+    rid: int
+    provider: str
+    token: str
+    preview: bool = False  # may a notification carry the message's text
+    locale: str = ""  # BCP 47-ish language of the notification's words; "": none given
+
+
+@dataclass(slots=True)
+class PushUnregister:
+    OP: ClassVar[Op] = Op.PUSH_UNREGISTER
+    rid: int
+
+
+@dataclass(slots=True)
+class Mute:
+    """No notifications of `conv_id` to the uid's devices until `until_ms` (0: unmute)."""
+
+    OP: ClassVar[Op] = Op.MUTE
+    rid: int
+    conv_id: int
+    until_ms: int
+
+
 # --- server to client -------------------------------------------------------------
 
 
@@ -348,6 +379,12 @@ class MediaUrl:
 
 
 @dataclass(slots=True)
+class PushRegisterOk:
+    OP: ClassVar[Op] = Op.PUSH_REGISTER_OK
+    rid: int
+
+
+@dataclass(slots=True)
 class Kick:
     OP: ClassVar[Op] = Op.KICK
     reason: int
@@ -400,6 +437,9 @@ ClientFrame: TypeAlias = (
     | Logout
     | MediaUpload
     | MediaGet
+    | PushRegister
+    | PushUnregister
+    | Mute
 )
 ServerFrame: TypeAlias = (
     LoginOk
@@ -419,6 +459,7 @@ ServerFrame: TypeAlias = (
     | Ok
     | GroupInfoResult
     | MediaUrl
+    | PushRegisterOk
     | Kick
     | Error
 )
@@ -443,6 +484,9 @@ CLIENT_FRAME_TYPES: tuple[type[ClientFrame], ...] = (
     Logout,
     MediaUpload,
     MediaGet,
+    PushRegister,
+    PushUnregister,
+    Mute,
 )
 SERVER_FRAME_TYPES: tuple[type[ServerFrame], ...] = (
     LoginOk,
@@ -462,6 +506,7 @@ SERVER_FRAME_TYPES: tuple[type[ServerFrame], ...] = (
     Ok,
     GroupInfoResult,
     MediaUrl,
+    PushRegisterOk,
     Kick,
     Error,
 )

@@ -12,6 +12,12 @@ MAX_CONTENT_DEFAULT: Final = 2_048
 HEADER_SIZE: Final = 4
 MAX_U64: Final = (1 << 64) - 1
 CLIENT_MSG_ID_MAX_BYTES: Final = 64
+# PUSH_REGISTER (docs/protocol.md, Offline push): a provider is 1..16 chars of
+# [a-z0-9_-]; a token 1..PUSH_TOKEN_MAX_BYTES UTF-8 bytes (a Web Push subscription as
+# JSON, the longest kind, is well under it); a locale at most 35 chars of [A-Za-z0-9_-].
+PUSH_PROVIDER_MAX: Final = 16
+PUSH_TOKEN_MAX_BYTES: Final = 2_048
+PUSH_LOCALE_MAX: Final = 35
 
 
 class Op(IntEnum):
@@ -51,6 +57,10 @@ class Op(IntEnum):
     MEDIA_UPLOAD = 70
     MEDIA_URL = 71
     MEDIA_GET = 72
+    PUSH_REGISTER = 80
+    PUSH_REGISTER_OK = 81
+    PUSH_UNREGISTER = 82
+    MUTE = 84
     ERROR = 127
 
 
@@ -74,6 +84,9 @@ CLIENT_OPS: Final = frozenset(
         Op.LOGOUT,
         Op.MEDIA_UPLOAD,
         Op.MEDIA_GET,
+        Op.PUSH_REGISTER,
+        Op.PUSH_UNREGISTER,
+        Op.MUTE,
     }
 )
 SERVER_OPS: Final = frozenset(set(Op) - CLIENT_OPS)

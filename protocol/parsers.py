@@ -8,7 +8,9 @@ field is missing or ill-typed; the decoder turns that into Invalid BAD_REQUEST.
 Rules (docs/protocol.md, Frames): ints are `int` and never `bool`, within 0..2^64-1; ids
 that are never 0 (`uid`, `conv_id`, `peer_uid`, listed uids, request `rid`) are >= 1;
 strings are msgpack str, content is msgpack bin; extra array elements and unknown
-map keys are ignored. Value checks that need configuration (versions, patterns,
+map keys are ignored. The protocol's fixed bounds are checked here too (client_msg_id,
+caps, PUSH_REGISTER's provider, token and locale); value checks that need
+configuration or close the connection (versions, the LOGIN device pattern, content
 limits) belong to the gateway.
 
 `FieldError` is internal to decoding and never escapes `FrameDecoder`.
@@ -16,6 +18,7 @@ limits) belong to the gateway.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
@@ -42,6 +45,7 @@ from protocol.frames import (
     MediaUpload,
     MediaUrl,
     MsgRecord,
+    Mute,
     Notice,
     Ok,
     OpenP2P,
@@ -52,6 +56,9 @@ from protocol.frames import (
     Pull,
     PullResult,
     Push,
+    PushRegister,
+    PushRegisterOk,
+    PushUnregister,
     Read,
     ReadNotify,
     Recall,
@@ -65,7 +72,15 @@ from protocol.frames import (
     Typing,
     TypingNotify,
 )
-from protocol.ops import CLIENT_MSG_ID_MAX_BYTES, MAX_CAPS, MAX_U64, Op
+from protocol.ops import (
+    CLIENT_MSG_ID_MAX_BYTES,
+    MAX_CAPS,
+    MAX_U64,
+    PUSH_LOCALE_MAX,
+    PUSH_PROVIDER_MAX,
+    PUSH_TOKEN_MAX_BYTES,
+    Op,
+)
 
 
 class FieldError(Exception):
@@ -133,6 +148,32 @@ def client_msg_id(v: Any) -> str:
         if len(v.encode()) <= CLIENT_MSG_ID_MAX_BYTES:
             return v
     raise FieldError(f"must be a str of 1..{CLIENT_MSG_ID_MAX_BYTES} UTF-8 bytes")
+
+
+PUSH_PROVIDER_RE: Final = re.compile(rf"[a-z0-9_-]{{1,{PUSH_PROVIDER_MAX}}}")
+PUSH_LOCALE_RE: Final = re.compile(rf"[A-Za-z0-9_-]{{0,{PUSH_LOCALE_MAX}}}")
+
+
+def push_provider(v: Any) -> str:
+    if type(v) is str and PUSH_PROVIDER_RE.fullmatch(v):
+        return v
+    raise FieldError(f"must be a str of 1..{PUSH_PROVIDER_MAX} chars of [a-z0-9_-]")
+
+
+def push_token(v: Any) -> str:
+    # As client_msg_id: encode only when the length in chars leaves the bytes in doubt.
+    if type(v) is str and 0 < len(v) <= PUSH_TOKEN_MAX_BYTES:
+        if len(v) <= PUSH_TOKEN_MAX_BYTES // 4 or v.isascii():
+            return v
+        if len(v.encode()) <= PUSH_TOKEN_MAX_BYTES:
+            return v
+    raise FieldError(f"must be a str of 1..{PUSH_TOKEN_MAX_BYTES} UTF-8 bytes")
+
+
+def push_locale(v: Any) -> str:
+    if type(v) is str and PUSH_LOCALE_RE.fullmatch(v):
+        return v
+    raise FieldError(f"must be a str of at most {PUSH_LOCALE_MAX} chars of [A-Za-z0-9_-]")
 
 
 def id_list(v: Any) -> tuple[int, ...]:
@@ -298,6 +339,28 @@ def _map(
     return parse
 
 
+def _push_register(body: list[Any]) -> PushRegister:
+    """`[80, rid, provider, token, opts]`: opts is a map whose keys `preview` and
+    `locale` may be absent (their defaults); other keys are ignored."""
+    label = "PUSH_REGISTER"
+    if len(body) < 5:
+        raise FieldError(f"{label} needs 4 fields after the op, got {len(body) - 1}")
+    names = ("rid", "provider", "token")
+    rid, provider, token = _checked(
+        label, names, (nonzero_u64, push_provider, push_token), body[1:4]
+    )
+    opts = body[4]
+    if type(opts) is not dict:
+        raise FieldError(f"{label}.opts must be a map")
+    preview, locale = _checked(
+        label,
+        ("opts.preview", "opts.locale"),
+        (boolean, push_locale),
+        (opts.get("preview", False), opts.get("locale", "")),
+    )
+    return PushRegister(rid, provider, token, preview, locale)
+
+
 # --- hot paths ----------------------------------------------------------------------
 # The most frequent ops get inline checks instead of one call per field. They accept
 # only what the generic parser accepts (tests compare the two) and hand everything
@@ -410,6 +473,9 @@ CLIENT_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ClientFrame]]] = {
     Op.LOGOUT: _array(Logout),
     Op.MEDIA_UPLOAD: _array(MediaUpload, nonzero_u64, string, u64, string),
     Op.MEDIA_GET: _array(MediaGet, nonzero_u64, string),
+    Op.PUSH_REGISTER: _push_register,
+    Op.PUSH_UNREGISTER: _array(PushUnregister, nonzero_u64),
+    Op.MUTE: _array(Mute, nonzero_u64, nonzero_u64, u64),
 }
 
 SERVER_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ServerFrame]]] = {
@@ -442,6 +508,7 @@ SERVER_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ServerFrame]]] = {
         GroupInfoResult, nonzero_u64, nonzero_u64, string, nonzero_u64, id_list
     ),
     Op.MEDIA_URL: _array(MediaUrl, nonzero_u64, string, string, u64),
+    Op.PUSH_REGISTER_OK: _array(PushRegisterOk, nonzero_u64),
     Op.KICK: _array(Kick, u64, string, string),
     # An ERROR about a frame without rid carries rid 0.
     Op.ERROR: _array(Error, u64, u64, string),

@@ -61,6 +61,14 @@ SAMPLES: list[tuple[f.Frame, list[Any]]] = [
     (f.Logout(), [62]),
     (f.MediaUpload(12, SHA, 1234, "image/png"), [70, 12, SHA, 1234, "image/png"]),
     (f.MediaGet(13, "media/42/" + SHA), [72, 13, "media/42/" + SHA]),
+    (
+        f.PushRegister(14, "apns", "ab" * 32, True, "pt-BR"),
+        [80, 14, "apns", "ab" * 32, {"preview": True, "locale": "pt-BR"}],
+    ),
+    (f.PushRegister(14, "fcm", "t☃"), [80, 14, "fcm", "t☃", {"preview": False, "locale": ""}]),
+    (f.PushUnregister(15), [82, 15]),
+    (f.Mute(16, BIG, 1_700_000_000_000), [84, 16, BIG, 1_700_000_000_000]),
+    (f.Mute(16, 9, 0), [84, 16, 9, 0]),
     # server to client
     (
         f.LoginOk(1, "gw-1", 30, 75, 65_536, 2_048, 1_700_000_000_000),
@@ -107,6 +115,7 @@ SAMPLES: list[tuple[f.Frame, list[Any]]] = [
         f.MediaUrl(12, "media/42/x", "http://h/m?sig=s", 1_700_000_000_000),
         [71, 12, "media/42/x", "http://h/m?sig=s", 1_700_000_000_000],
     ),
+    (f.PushRegisterOk(14), [81, 14]),
     (f.Kick(KickReason.DRAINING, "", "gw-2:7000"), [60, 2, "", "gw-2:7000"]),
     (f.Error(0, ErrorCode.BAD_REQUEST, "READ.conv_id"), [127, 0, 4, "READ.conv_id"]),
 ]
@@ -179,10 +188,17 @@ _FIELD: dict[str, st.SearchStrategy[Any]] = {
     "key": st.text(max_size=100),
     "url": st.text(max_size=100),
     "expires_ms": u64,
+    "provider": st.from_regex(r"[a-z0-9_-]{1,16}", fullmatch=True),
+    "preview": st.booleans(),
+    "locale": st.from_regex(r"[A-Za-z0-9_-]{0,35}", fullmatch=True),
+    "until_ms": u64,
 }
 _OVERRIDE: dict[tuple[type, str], st.SearchStrategy[Any]] = {
     (f.Push, "client_msg_id"): st.text(max_size=64),  # "" for server-written messages
     (f.Error, "rid"): u64,  # 0 for frames without rid
+    (f.PushRegister, "token"): st.text(min_size=1, max_size=600).filter(
+        lambda s: len(s.encode()) <= 2048
+    ),
 }
 
 

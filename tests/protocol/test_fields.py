@@ -132,6 +132,32 @@ SEND_OK = [10, 7, 9, "cmid", 1, b"hi"]
         ([54, 10, 9, [4], 2], 10, "GROUP_MEMBERS.remove"),
         ([54, 10, 9, [0], []], 10, "GROUP_MEMBERS.add"),
         ([56, 11, -9], 11, "GROUP_INFO.conv_id"),
+        ([80, 14, "apns", "t"], 14, "PUSH_REGISTER"),
+        ([80, 0, "apns", "t", {}], 0, "PUSH_REGISTER.rid"),
+        ([80, 14, "", "t", {}], 14, "PUSH_REGISTER.provider"),
+        ([80, 14, "APNS", "t", {}], 14, "PUSH_REGISTER.provider"),
+        ([80, 14, "web push", "t", {}], 14, "PUSH_REGISTER.provider"),
+        ([80, 14, "p" * 17, "t", {}], 14, "PUSH_REGISTER.provider"),
+        ([80, 14, b"apns", "t", {}], 14, "PUSH_REGISTER.provider"),
+        ([80, 14, "apns", "", {}], 14, "PUSH_REGISTER.token"),
+        ([80, 14, "apns", b"t", {}], 14, "PUSH_REGISTER.token"),
+        ([80, 14, "apns", "x" * 2049, {}], 14, "PUSH_REGISTER.token"),
+        ([80, 14, "apns", "é" * 1025, {}], 14, "PUSH_REGISTER.token"),
+        ([80, 14, "apns", "t", None], 14, "PUSH_REGISTER.opts"),
+        ([80, 14, "apns", "t", [True, ""]], 14, "PUSH_REGISTER.opts"),
+        ([80, 14, "apns", "t", {"preview": 1}], 14, "PUSH_REGISTER.opts.preview"),
+        ([80, 14, "apns", "t", {"preview": None}], 14, "PUSH_REGISTER.opts.preview"),
+        ([80, 14, "apns", "t", {"locale": None}], 14, "PUSH_REGISTER.opts.locale"),
+        ([80, 14, "apns", "t", {"locale": "x" * 36}], 14, "PUSH_REGISTER.opts.locale"),
+        ([80, 14, "apns", "t", {"locale": "en US"}], 14, "PUSH_REGISTER.opts.locale"),
+        ([80, 14, "apns", "t", {"locale": b"en"}], 14, "PUSH_REGISTER.opts.locale"),
+        ([82], 0, "PUSH_UNREGISTER"),
+        ([82, 0], 0, "PUSH_UNREGISTER.rid"),
+        ([84, 16, 9], 16, "MUTE"),
+        ([84, 16, 0, 5], 16, "MUTE.conv_id"),
+        ([84, 16, 9, -1], 16, "MUTE.until_ms"),
+        ([84, 16, 9, True], 16, "MUTE.until_ms"),
+        ([84, 16, 9, 1.5], 16, "MUTE.until_ms"),
         ([1, 1], 1, "LOGIN"),
         ([1, 0, LOGIN_MAP], 0, "LOGIN.rid"),
         ([1, 1, [1, 42, "ios", "t"]], 1, "LOGIN"),
@@ -189,6 +215,8 @@ def test_bad_client_fields(body: list[Any], rid: int, field: str) -> None:
         ([51, 0, 9], 0, "CONV_OK.rid"),
         ([55], 0, "OK"),
         ([57, 11, 9, "t", 0, [2]], 11, "GROUP_INFO_RESULT.owner_uid"),
+        ([81], 0, "PUSH_REGISTER_OK"),
+        ([81, 0], 0, "PUSH_REGISTER_OK.rid"),
         ([60, 1, "", None], 0, "KICK.reconnect_hint"),
         ([60, True, "", ""], 0, "KICK.reason"),
         ([127, -1, 4, ""], 0, "ERROR.rid"),
@@ -218,6 +246,30 @@ def test_extra_elements_and_unknown_keys_are_ignored() -> None:
         4, 1, 0, False, (f.ConvRecord(1, 1, 0, 0, 0, 0, 0, True),)
     )
     assert decode([27, 3, [[1, ["a"], "x"]]], Side.CLIENT) == f.PresenceResult(3, ((1, ("a",)),))
+
+
+def test_push_register_opts_default_and_unknown_keys_are_ignored() -> None:
+    assert decode([80, 14, "apns", "t", {}]) == f.PushRegister(14, "apns", "t", False, "")
+    opts = {"preview": True, "sound": "ping", 7: 8, b"locale": 1}
+    assert decode([80, 14, "apns", "t", opts, "extra"]) == f.PushRegister(14, "apns", "t", True)
+    assert decode([80, 14, "fcm", "t", {"locale": "pt_BR"}]) == f.PushRegister(
+        14, "fcm", "t", False, "pt_BR"
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "token", "locale"),
+    [
+        ("a", "x", ""),
+        ("p" * 16, "x" * 2048, "x" * 35),
+        ("web-push_2", "é" * 1024, "zh-Hant-TW"),
+        ("apns", "😀" * 512, "en"),
+        ("apns", "a" + "é" * 1023 + "b", "en"),
+    ],
+)
+def test_push_register_bounds(provider: str, token: str, locale: str) -> None:
+    body = [80, 14, provider, token, {"locale": locale}]
+    assert decode(body) == f.PushRegister(14, provider, token, False, locale)
 
 
 def test_values_the_gateway_checks_still_decode() -> None:
