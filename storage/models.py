@@ -220,6 +220,22 @@ class Route:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class PushDevice:
+    """A device registered for offline push (docs/protocol.md, Offline push): the push
+    service `provider`, the device's `token` there, whether a notification may carry
+    the message's text, the notification's language, and when it was registered (the
+    store's clock; the newest of a uid's registrations has the highest)."""
+
+    uid: int
+    device: str
+    provider: str
+    token: str
+    preview: bool
+    locale: str
+    updated_ms: int
+
+
 __all__ = [
     "DIGEST_BYTES",
     "AppendResult",
@@ -233,6 +249,7 @@ __all__ = [
     "MembershipChange",
     "NewMessage",
     "OutboxRow",
+    "PushDevice",
     "RecallResult",
     "RecallStatus",
     "Revoked",

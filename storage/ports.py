@@ -23,6 +23,7 @@ from storage.models import (
     NewMessage,
     NodeLease,
     OutboxRow,
+    PushDevice,
     RecallResult,
     Route,
     SentRecord,
@@ -155,6 +156,49 @@ class ChatStore(Protocol):
         """How many conversations each uid has joined and is a member of now: its p2ps,
         and the groups it has shown up in (created, or read in; storage/membership.py).
         A group others put it in counts once it reads there. Uids in none omitted."""
+        ...
+
+    # -- offline push (docs/protocol.md, Offline push; the rules: storage/push.py) ---------
+
+    async def push_register(
+        self,
+        uid: int,
+        device: str,
+        provider: str,
+        token: str,
+        *,
+        preview: bool,
+        locale: str,
+        max_devices: int,
+    ) -> list[tuple[int, str]]:
+        """Register (uid, device) for push, in one transaction: its registration is
+        written (replacing its earlier one), the (provider, token) moves here from any
+        other device holding it, and the uid's least recently registered devices beyond
+        `max_devices` lose theirs. Returns the (uid, device)s whose registration went."""
+        ...
+
+    async def push_unregister(self, uid: int, device: str) -> bool:
+        """Remove the device's registration; whether it had one."""
+        ...
+
+    async def push_devices(self, uids: Sequence[int]) -> dict[int, list[PushDevice]]:
+        """The registrations of each of `uids`, newest first (uids with none omitted):
+        one query per `storage.push.UIDS_PER_QUERY` uids, whatever their number."""
+        ...
+
+    async def push_delete(self, provider: str, token: str) -> bool:
+        """Remove the registration holding (provider, token), as when the push service
+        reports the token invalid; whether there was one."""
+        ...
+
+    async def set_mute(self, conv_id: int, uid: int, until_ms: int) -> None:
+        """No notifications of `conv_id` to `uid`'s devices until `until_ms` (ms since
+        the epoch); 0, or a time not after the store's clock, unmutes."""
+        ...
+
+    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
+        """Those of `uids` who muted `conv_id` until after `now_ms` (batched as
+        push_devices)."""
         ...
 
     def now_ms(self) -> int:

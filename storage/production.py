@@ -44,6 +44,7 @@ from storage.models import (
     Membership,
     MembershipChange,
     NewMessage,
+    PushDevice,
     RecallResult,
     RecallStatus,
     SentRecord,
@@ -449,3 +450,35 @@ class ProductionStore:
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
         return await self.mysql.conversation_counts(uids)
+
+    # -- offline push: MySQL's alone (nothing of it is cached) ------------------------------
+
+    async def push_register(
+        self,
+        uid: int,
+        device: str,
+        provider: str,
+        token: str,
+        *,
+        preview: bool,
+        locale: str,
+        max_devices: int,
+    ) -> list[tuple[int, str]]:
+        return await self.mysql.push_register(
+            uid, device, provider, token, preview=preview, locale=locale, max_devices=max_devices
+        )
+
+    async def push_unregister(self, uid: int, device: str) -> bool:
+        return await self.mysql.push_unregister(uid, device)
+
+    async def push_devices(self, uids: Sequence[int]) -> dict[int, list[PushDevice]]:
+        return await self.mysql.push_devices(uids)
+
+    async def push_delete(self, provider: str, token: str) -> bool:
+        return await self.mysql.push_delete(provider, token)
+
+    async def set_mute(self, conv_id: int, uid: int, until_ms: int) -> None:
+        await self.mysql.set_mute(conv_id, uid, until_ms)
+
+    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
+        return await self.mysql.muted(conv_id, uids, now_ms)

@@ -12,7 +12,7 @@ statements planned too) and HISTORY and PULL pages read back through the archive
 then every statement of the media index (storage/media: uploads, references, the orphan
 sweep) on 2,000 preloaded uploads, and of the revocation log (storage/revocations.py: a
 revocation, the node's load and its reads of changes, pruning) on 2,000 preloaded
-revocations.
+revocations; and the push registrations and mutes (storage/push.py) on 2,000 of each.
 (LOGIN itself only touches the route store and the node's copy of the revocations, which
 run no SQL.)
 
@@ -65,6 +65,7 @@ from storage.media.mysqlindex import MySQLMediaIndex
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import message_table
+from storage.push import token_digest
 from storage.revocations import ALL_DEVICES, Revocation, RevocationLog
 from tests.support.services import drop_mysql, fresh_mysql
 
@@ -562,6 +563,48 @@ async def media_workload(index: Any, captured: Captured, data: Data) -> None:
     assert await index.referencing(key, 100) == [data.p2p]
 
 
+PUSH_DEVICES = 2000  # preloaded registrations: 1,000 uids with two devices each
+MUTES = 2000  # preloaded mutes, a third of them expired
+
+
+def push_rows(data: Data) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Preloaded im_push_device rows (uid, device, provider, token, preview, locale,
+    updated_ms) and im_conv_mute rows (conv_id, uid, until_ms)."""
+    devices = [
+        (20_000 + i // 2, f"d{i % 2}", "fcm", f"token-{i:06d}", i % 2, "en", data.now - i * 1000)
+        for i in range(PUSH_DEVICES)
+    ]
+    mutes = [
+        (data.convs[i % len(data.convs)][0], 100 + i, data.now + (i % 3 - 1) * HOUR)
+        for i in range(MUTES)
+    ]
+    return devices, mutes
+
+
+async def push_workload(api: Calls, data: Data) -> None:
+    """Every push call of the store (storage/push.py): PUSH_REGISTER (anew, again, moving a
+    token, past the uid's limit), the delivery path's reads for a conversation's offline
+    members, PUSH_UNREGISTER, a token the push service reported invalid, MUTE."""
+    uid = 20_000  # preloaded: d0 and d1
+    removed = await api.push_register(
+        uid, "d2", "fcm", "new", preview=True, locale="pt-BR", max_devices=2
+    )
+    assert removed == [(uid, "d1")]  # the least recently registered
+    await api.push_register(uid, "d2", "apns", "newer", preview=False, locale="", max_devices=10)
+    moved = await api.push_register(
+        uid + 1, "d7", "fcm", "token-000004", preview=False, locale="", max_devices=10
+    )
+    assert moved == [(20_002, "d0")]
+    found = await api.push_devices([20_000 + k for k in range(0, 400, 2)])
+    assert len(found[uid]) == 2 and len(found[20_002]) == 1
+    assert await api.push_unregister(uid, "d2")
+    assert await api.push_delete("fcm", "token-000010")
+    await api.set_mute(data.group, data.group_member, data.now + HOUR)
+    await api.set_mute(data.group, data.group_member, 0)
+    conv = data.convs[0][0]  # preloaded mutes: uids 100, 500, 900, 1300 and 1700
+    assert await api.muted(conv, [100, 500, 900, 1300, 1700, 5], data.now) == {900}
+
+
 REVOCATIONS = 2000  # preloaded revocations: a day of them, half expired
 
 
@@ -646,6 +689,13 @@ def preload_sqlite(path: str, data: Data) -> None:
             "VALUES (?,?,?,?,?)",
             revocation_rows(data),
         )
+        devices, mutes = push_rows(data)
+        conn.executemany(
+            "INSERT INTO im_push_device (uid, device, provider, token, preview, locale, "
+            "updated_ms) VALUES (?,?,?,?,?,?,?)",
+            devices,
+        )
+        conn.executemany("INSERT INTO im_conv_mute (conv_id, uid, until_ms) VALUES (?,?,?)", mutes)
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -688,7 +738,8 @@ async def embedded(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedStore, str, Da
 EMBEDDED_READS = {
     "get_conversation", "get_membership", "member_uids", "open_p2p", "create_group",
     "change_members", "append", "find_sent", "read_after", "read_before", "recall",
-    "set_read", "sync", "shared_with", "set_title",
+    "set_read", "sync", "shared_with", "set_title", "push_register", "push_unregister",
+    "push_devices", "push_delete", "muted",
 }  # fmt: skip
 
 
@@ -711,6 +762,7 @@ async def test_sqlite_hot_paths_search_indexes(
     try:
         api = Calls(store, captured)
         await workload(api, data)
+        await push_workload(api, data)
         await archive_and_read(api, index, captured, (Path(path).parent / "arch").as_uri())
         await media_workload(media, captured, data)
         await revocation_workload(revocations, captured, data)
@@ -808,6 +860,15 @@ async def preload_mysql(settings: MySQLSettings, data: Data) -> None:
                 "VALUES (%s,%s,%s,%s,%s)",
                 revocation_rows(data),
             )
+            devices, mutes = push_rows(data)
+            await cur.executemany(
+                "INSERT INTO im_push_device (uid, device, provider, token, token_sha, preview, "
+                "locale, updated_ms) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                [(u, d, p, t.encode(), token_digest(t), *rest) for u, d, p, t, *rest in devices],
+            )
+            await cur.executemany(
+                "INSERT INTO im_conv_mute (conv_id, uid, until_ms) VALUES (%s,%s,%s)", mutes
+            )
             await cur.execute("SHOW TABLES")
             tables = [r[0] for r in await cur.fetchall()]
             await cur.execute(f"ANALYZE TABLE {', '.join(tables)}")
@@ -898,6 +959,7 @@ async def test_mariadb_hot_paths_search_indexes(
     with monkeypatch.context() as patch:
         capture_mysql(patch, captured)
         made = await workload(api, data)
+        await push_workload(api, data)
         # the outbox's upkeep (gateway.outbox): lease, takeover of a lapsed node, clear
         await outbox.keep_lease("plans-node", 5_000)
         await outbox.keep_lease("dead-node", -1_000)

@@ -7,10 +7,10 @@ from typing import Final
 
 # 2: im_archive, im_archive_sent, im_meta (storage/archive); 3: unused;
 # 4: im_media_upload, im_media_ref (storage/media); 5: im_revocation
-# (storage/revocations.py); 6: im_archive_unread (storage/archive). Every table is
-# CREATE ... IF NOT EXISTS, so versions stack: the highest wins and every table is
-# created.
-SCHEMA_VERSION: Final = 6
+# (storage/revocations.py); 6: im_archive_unread (storage/archive); 7: im_push_device,
+# im_conv_mute (storage/push.py). Every table is CREATE ... IF NOT EXISTS, so versions
+# stack: the highest wins and every table is created.
+SCHEMA_VERSION: Final = 7
 
 _DDL: Final = """
 CREATE TABLE IF NOT EXISTS im_conversation (
@@ -134,6 +134,27 @@ CREATE TABLE IF NOT EXISTS im_revocation (
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS im_revocation_updated ON im_revocation (updated_ms);
 CREATE INDEX IF NOT EXISTS im_revocation_expires ON im_revocation (expires_s);
+-- Offline push (storage/push.py): each registered device's address at its push service
+-- (a rowid table: tokens run to 2,048 bytes); a (provider, token) belongs to one device.
+-- updated_ms: when it was registered, the newest of a uid the highest.
+CREATE TABLE IF NOT EXISTS im_push_device (
+    uid        INTEGER NOT NULL,
+    device     TEXT NOT NULL,
+    provider   TEXT NOT NULL,
+    token      TEXT NOT NULL,
+    preview    INTEGER NOT NULL,
+    locale     TEXT NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (uid, device)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS im_push_device_token ON im_push_device (provider, token);
+-- No notifications of conv_id to uid's devices until until_ms.
+CREATE TABLE IF NOT EXISTS im_conv_mute (
+    conv_id  INTEGER NOT NULL,
+    uid      INTEGER NOT NULL,
+    until_ms INTEGER NOT NULL,
+    PRIMARY KEY (conv_id, uid)
+) WITHOUT ROWID;
 """
 
 

@@ -30,6 +30,7 @@ from storage.archive.index import (
     ArchiveFile,
     indexed_files,
 )
+from storage.embedded import push
 from storage.embedded.schema import connect, migrate
 from storage.errors import StoreUnavailable
 from storage.membership import plan_change, shown_up_sql, start_read_seq
@@ -39,6 +40,7 @@ from storage.models import (
     Membership,
     MembershipChange,
     NewMessage,
+    PushDevice,
     RecallResult,
     RecallStatus,
     SentRecord,
@@ -810,5 +812,57 @@ class EmbeddedStore:
                 (_s(uid), *map(_s, others)),
             ).fetchall()
             return {_u(r[0]) for r in rows}
+
+        return await self._r(q)
+
+    # -- offline push (storage/embedded/push.py) -----------------------------------------
+
+    async def push_register(
+        self,
+        uid: int,
+        device: str,
+        provider: str,
+        token: str,
+        *,
+        preview: bool,
+        locale: str,
+        max_devices: int,
+    ) -> list[tuple[int, str]]:
+        def body(conn: sqlite3.Connection) -> list[tuple[int, str]]:
+            return push.register(
+                conn, uid, device, provider, token, preview=preview, locale=locale,
+                now_ms=self._clock(), max_devices=max_devices,
+            )  # fmt: skip
+
+        return await self._wtx(body)
+
+    async def push_unregister(self, uid: int, device: str) -> bool:
+        return await self._wtx(lambda conn: push.unregister(conn, uid, device))
+
+    async def push_devices(self, uids: Sequence[int]) -> dict[int, list[PushDevice]]:
+        if not uids:
+            return {}
+
+        def q() -> dict[int, list[PushDevice]]:
+            assert self._rconn is not None
+            return push.devices(self._rconn, uids)
+
+        return await self._r(q)
+
+    async def push_delete(self, provider: str, token: str) -> bool:
+        return await self._wtx(lambda conn: push.delete_token(conn, provider, token))
+
+    async def set_mute(self, conv_id: int, uid: int, until_ms: int) -> None:
+        if conv_id > _I64_MAX:
+            return  # conv_ids are allocated by SQLite: never this large
+        await self._wtx(lambda conn: push.set_mute(conn, conv_id, uid, until_ms, self._clock()))
+
+    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
+        if not uids or conv_id > _I64_MAX:
+            return set()
+
+        def q() -> set[int]:
+            assert self._rconn is not None
+            return push.muted(self._rconn, conv_id, uids, now_ms)
 
         return await self._r(q)

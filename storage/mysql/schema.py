@@ -36,10 +36,11 @@ if TYPE_CHECKING:
 # 2: im_conv_seq.recalled_seq; 3: im_outbox, im_node_lease; 4: im_shard_map;
 # 5: im_archive, im_archive_sent (storage/archive); 6: im_lease (storage/mysql/lease.py);
 # 7: im_media_upload, im_media_ref (storage/media); 8: im_node_lease.conn_floor;
-# 9: im_revocation (storage/revocations.py); 10: im_archive_unread (storage/archive).
-# Tables are CREATE ... IF NOT EXISTS, so versions stack: the highest is recorded and
-# every table is created; columns added later are in UPGRADES too.
-SCHEMA_VERSION: Final = 10
+# 9: im_revocation (storage/revocations.py); 10: im_archive_unread (storage/archive);
+# 11: im_push_device, im_conv_mute (storage/mysql/push.py). Tables are CREATE ... IF NOT
+# EXISTS, so versions stack: the highest is recorded and every table is created; columns
+# added later are in UPGRADES too.
+SCHEMA_VERSION: Final = 11
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -194,12 +195,34 @@ _TABLES: Final = [
         KEY k_updated (updated_ms),
         KEY k_expires (expires_s)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # Offline push (storage/mysql/push.py): each registered device's address at its push
+    # service; a (provider, token) belongs to one device, unique by the token's SHA-256.
+    # updated_ms: when it was registered, the newest of a uid the highest.
+    """CREATE TABLE IF NOT EXISTS im_push_device (
+        uid        BIGINT UNSIGNED NOT NULL,
+        device     VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        provider   VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        token      VARBINARY(2048) NOT NULL,
+        token_sha  BINARY(32) NOT NULL,
+        preview    TINYINT UNSIGNED NOT NULL,
+        locale     VARCHAR(35) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        updated_ms BIGINT NOT NULL,
+        PRIMARY KEY (uid, device),
+        UNIQUE KEY uq_token (provider, token_sha)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # No notifications of conv_id to uid's devices until until_ms (storage/push.py).
+    """CREATE TABLE IF NOT EXISTS im_conv_mute (
+        conv_id  BIGINT UNSIGNED NOT NULL,
+        uid      BIGINT UNSIGNED NOT NULL,
+        until_ms BIGINT NOT NULL,
+        PRIMARY KEY (conv_id, uid)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
 ]
 # Only in the metadata database; every other table of _TABLES is also on each shard
 # server, for the conversations of its shards (docs/decisions.md).
 _META_ONLY: Final = (
     "im_node_lease", "im_shard_map", "im_lease", "im_media_upload", "im_media_ref",
-    "im_revocation",
+    "im_revocation", "im_push_device", "im_conv_mute",
 )  # fmt: skip
 
 _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (

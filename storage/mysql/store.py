@@ -16,9 +16,11 @@ With a shard map (several servers), every row a send's commit depends on lives o
 server of the conversation's shard: its messages, seq row, member rows, idempotency
 records, delivered cursors, the outbox rows of its commits, and a copy of its
 conversation row. The metadata database keeps the map, conv_id allocation (and p2p
-uniqueness) and the node leases. A conversation's operations go to its server; a
-user's (SYNC, counts) ask every server at once and merge. A send batch spanning servers
-is one transaction per server, committed concurrently (docs/decisions.md).
+uniqueness), the node leases, and rows no commit reads: token revocations, media
+uploads, push registrations and mutes (push.py). A conversation's operations go to its
+server; a user's (SYNC, counts) ask every server at once and merge. A send batch
+spanning servers is one transaction per server, committed concurrently
+(docs/decisions.md).
 
 Seqs within a conversation follow commit order exactly (the original design's Redis-leased blocks
 cannot give that across workers: two workers holding seqs 5 and 6 may commit 6 first;
@@ -51,6 +53,7 @@ from storage.models import (
     Membership,
     MembershipChange,
     NewMessage,
+    PushDevice,
     RecallResult,
     RecallStatus,
     SentRecord,
@@ -62,6 +65,7 @@ from storage.mysql import sql
 from storage.mysql.append import GroupCommit, load_sent
 from storage.mysql.lease import Lease, default_owner
 from storage.mysql.outbox import MySQLOutbox, ShardedOutbox
+from storage.mysql.push import MySQLPushRegistry
 from storage.mysql.revocations import MySQLRevocationLog
 from storage.mysql.schema import SCHEMA_VERSION, message_table, read_map
 from storage.mysql.settings import MySQLSettings
@@ -168,6 +172,8 @@ class MySQLStore:
         self._outbox = MySQLOutbox(self._db, clock)
         # token revocations, in the metadata database (storage/revocations.py)
         self.revocations = MySQLRevocationLog(self._db)
+        # push registrations and mutes, in the metadata database (storage/mysql/push.py)
+        self._push = MySQLPushRegistry(self._db, clock)
         self._syncs = SyncBatcher(self._db, self.shard_of)
         self._appends = GroupCommit(self._db, self.shard_of, self._ids, clock, self._outbox)
         # The metadata database's server; with no shard map, the only one.
@@ -1121,3 +1127,35 @@ class MySQLStore:
 
         # a conversation's member and conversation rows are all on its server
         return set().union(*await self._each(lambda x: x.db.run(q, tx=False)))
+
+    # -- offline push (storage/mysql/push.py) ---------------------------------------------
+
+    async def push_register(
+        self,
+        uid: int,
+        device: str,
+        provider: str,
+        token: str,
+        *,
+        preview: bool,
+        locale: str,
+        max_devices: int,
+    ) -> list[tuple[int, str]]:
+        return await self._push.register(
+            uid, device, provider, token, preview=preview, locale=locale, max_devices=max_devices
+        )
+
+    async def push_unregister(self, uid: int, device: str) -> bool:
+        return await self._push.unregister(uid, device)
+
+    async def push_devices(self, uids: Sequence[int]) -> dict[int, list[PushDevice]]:
+        return await self._push.devices(uids)
+
+    async def push_delete(self, provider: str, token: str) -> bool:
+        return await self._push.delete_token(provider, token)
+
+    async def set_mute(self, conv_id: int, uid: int, until_ms: int) -> None:
+        await self._push.set_mute(conv_id, uid, until_ms)
+
+    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
+        return await self._push.muted(conv_id, uids, now_ms)
