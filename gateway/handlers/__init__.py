@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from gateway.handlers import conversations, media, messaging, receipts, session, sync
+from gateway.handlers import conversations, media, messaging, push, receipts, session, sync
 from gateway.handlers.base import RequestError
 from protocol import frames as fr
 from protocol.ops import ErrorCode
@@ -46,6 +46,9 @@ for _type, _handler in (
     _on(fr.GroupInfo, conversations.group_info),
     _on(fr.MediaUpload, media.media_upload),
     _on(fr.MediaGet, media.media_get),
+    _on(fr.PushRegister, push.push_register),
+    _on(fr.PushUnregister, push.push_unregister),
+    _on(fr.Mute, push.mute),
 ):
     HANDLERS[_type] = _handler
 

@@ -1,10 +1,12 @@
-"""LOGIN, PING (when queued behind other requests) and LOGOUT."""
+"""LOGIN, PING (when queued behind other requests) and LOGOUT (which also removes the
+device's push registration: gateway/handlers/push.py)."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
 
+from gateway.handlers.push import unregister_at_logout
 from gateway.ports import TooManyConnections
 from protocol.frames import Login, LoginOk, Logout, Ping, Pong
 from protocol.ops import KNOWN_CAPS, PROTOCOL_VERSION, ErrorCode
@@ -92,5 +94,8 @@ async def ping(node: Services, conn: Session, f: Ping) -> None:
 
 
 async def logout(node: Services, conn: Session, f: Logout) -> None:
+    uid, device, active = conn.uid, conn.device, conn.active
     await conn.log_out()
+    if active:  # not a connection a newer login of the device replaced
+        await unregister_at_logout(node, uid, device)
     conn.close()
