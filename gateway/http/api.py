@@ -812,7 +812,8 @@ def _history_cursor(raw: str) -> tuple[bool, int]:
 def _json_object(raw: bytes) -> dict[str, Any]:
     """The request body: a JSON object of strict JSON (no NaN or Infinity, nor a number
     too large for a float, which Python's parser would take: a stored one would come
-    back as a literal NaN that strict parsers refuse)."""
+    back as a literal NaN that strict parsers refuse), whose strings are Unicode text
+    (no lone surrogate such as "\\ud800", which UTF-8 cannot encode)."""
     try:
         body = json.loads(raw or b"{}", parse_constant=_no_constant, parse_float=_finite)
     except (ValueError, UnicodeDecodeError) as e:
@@ -821,7 +822,29 @@ def _json_object(raw: bytes) -> dict[str, Any]:
         raise ApiError(ErrorCode.BAD_REQUEST, "the body is not JSON: nested too deep") from None
     if not isinstance(body, dict):
         raise ApiError(ErrorCode.BAD_REQUEST, "the body must be a JSON object")
+    if _lone_surrogate(body):
+        raise ApiError(ErrorCode.BAD_REQUEST, "the body is not JSON text: a lone surrogate")
     return body
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a string in a parsed JSON value (a key or a value) holds a surrogate: one
+    that no pair completed, escaped ("\\ud800") or encoded as if it were a character."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            if _SURROGATE.search(v):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v)
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+    return False
 
 
 def _no_constant(name: str) -> Any:
