@@ -595,9 +595,10 @@ class Api:
         after = 0
         if "cursor" in query:
             raw = query["cursor"][0]
-            if not (raw.startswith("u") and raw[1:].isascii() and raw[1:].isdigit()):
+            digits = raw[1:]
+            if not (raw[:1] == "u" and digits.isascii() and digits.isdigit() and len(raw) <= 21):
                 raise ApiError(ErrorCode.BAD_REQUEST, "cursor was not issued here")
-            after = int(raw[1:])
+            after = int(digits)
         store = self._node.store
         if await store.get_conversation(conv_id) is None:
             raise ApiError(ErrorCode.NO_SUCH_CONVERSATION, f"no conversation {conv_id}")
