@@ -1,4 +1,4 @@
-// imgw-client 0.1.0 sources-sha256:1e8a1d7e7b0bc25bbb3e599be6389867e406eed7b1838a406faf9c664f2669dc
+// imgw-client 0.1.0 sources-sha256:c20d9d150de5b33811e50f7a50e78c1114fd0d3782aec097702be48d13782c69
 // Built by clients/js (npm run build:web) from src/browser.ts; do not edit. Bundles
 // @msgpack/msgpack 3.1.3 (ISC licence).
 
@@ -1559,6 +1559,10 @@ var Op = {
   MEDIA_UPLOAD: 70,
   MEDIA_URL: 71,
   MEDIA_GET: 72,
+  PUSH_REGISTER: 80,
+  PUSH_REGISTER_OK: 81,
+  PUSH_UNREGISTER: 82,
+  MUTE: 84,
   ERROR: 127
 };
 var ErrorCode = {
@@ -1846,6 +1850,8 @@ function decodeServerFrame(body2) {
         expiresMs: int(at(f, 4, w), `${w} expires_ms`)
       };
     }
+    case Op.PUSH_REGISTER_OK:
+      return { kind: "push_register_ok", rid: rid(1, "PUSH_REGISTER_OK") };
     case Op.ERROR: {
       const w = "ERROR";
       const code = int(at(f, 2, w), `${w} code`);
@@ -1922,6 +1928,18 @@ function encodeMediaUpload(rid, sha2562, size, contentType) {
 }
 function encodeMediaGet(rid, key) {
   return body([Op.MEDIA_GET, rid, key]);
+}
+function encodePushRegister(rid, provider, token, opts) {
+  const map = {};
+  if (opts.preview !== void 0) map.preview = opts.preview;
+  if (opts.locale !== void 0) map.locale = opts.locale;
+  return body([Op.PUSH_REGISTER, rid, provider, token, map]);
+}
+function encodePushUnregister(rid) {
+  return body([Op.PUSH_UNREGISTER, rid]);
+}
+function encodeMute(rid, convId, untilMs) {
+  return body([Op.MUTE, rid, wireU64(convId), wireU64(untilMs)]);
 }
 function sameOpaque(a, b) {
   if (a instanceof Uint8Array && b instanceof Uint8Array) {
@@ -3057,6 +3075,30 @@ var Client = class extends Session {
     const rid = this.rid();
     const r = expect(await this.ask(rid, encodeMediaGet(rid, key), "MEDIA_GET"), "media_url");
     return { key: r.key, url: r.url, expiresMs: r.expiresMs };
+  }
+  /** PUSH_REGISTER: this device (its uid and device) can be reached through push
+   * service `provider` (`apns`, `fcm`, `webpush`...: 1-16 of `[a-z0-9_-]`) at `token`
+   * (1-2,048 UTF-8 bytes) while it has no connection. Registering again replaces the
+   * registration; a token another device holds moves here. Call it at every start and
+   * whenever the push service hands the app a new token. */
+  async pushRegister(provider, token, opts = {}) {
+    const rid = this.rid();
+    const body2 = encodePushRegister(rid, provider, token, opts);
+    expect(await this.ask(rid, body2, "PUSH_REGISTER"), "push_register_ok");
+  }
+  /** PUSH_UNREGISTER: this device's registration goes (also when it had none). `logout`
+   * removes it too, but without an answer: call this first to be sure. */
+  async pushUnregister() {
+    const rid = this.rid();
+    expect(await this.ask(rid, encodePushUnregister(rid), "PUSH_UNREGISTER"), "ok");
+  }
+  /** MUTE: no push notifications of `convId` to your uid's devices until `untilMs` (ms
+   * since the epoch; 0, or a time past, unmutes; a time far ahead such as 2n ** 63n - 1n
+   * mutes for good). Messages still arrive on connections and count unread. */
+  async mute(convId, untilMs) {
+    const rid = this.rid();
+    const body2 = encodeMute(rid, toId(convId, "convId"), toU64(untilMs, "untilMs"));
+    expect(await this.ask(rid, body2, "MUTE"), "ok");
   }
   /** Upload a file: hash it, ask for a URL, PUT it there (fetch) unless the server has
    * it already; its key. */

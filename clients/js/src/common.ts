@@ -37,6 +37,7 @@ export type {
   Notice,
   Opaque,
   PullResult,
+  PushOptions,
   ReadNotify,
   SyncHint,
   SyncResult,

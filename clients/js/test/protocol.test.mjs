@@ -9,7 +9,10 @@ import {
   ProtocolError,
   decodeServerFrame,
   encodeLogin,
+  encodeMute,
   encodePresence,
+  encodePushRegister,
+  encodePushUnregister,
   encodeSend,
   encodeSync,
 } from "../dist/protocol/frames.js";
@@ -99,6 +102,7 @@ describe("frames", () => {
     assert.deepEqual(decodeServerFrame(enc([127, 0, 24, "slow down"])), { kind: "error", rid: 0, code: 24, codeName: "rate_limited", text: "slow down" });
     assert.deepEqual(decodeServerFrame(enc([60, 2, "bye", "h:1"])), { kind: "kick", reason: 2, reasonName: "draining", text: "bye", reconnectHint: "h:1" });
     assert.deepEqual(decodeServerFrame(enc([27, 5, [[BIG, ["a", "b"]]]])).entries, [[BIG, ["a", "b"]]]);
+    assert.deepEqual(decodeServerFrame(enc([81, 6])), { kind: "push_register_ok", rid: 6 });
     assert.deepEqual(decodeServerFrame(enc([99, 1])), { kind: "invalid", op: 99 });
   });
 
@@ -120,6 +124,17 @@ describe("frames", () => {
     const login = dec(encodeLogin(1, BIG, "d", "tok", ["outcome_unknown"]));
     assert.deepEqual(login, [1, 1, { v: 1, uid: BIG, device: "d", token: "tok", caps: ["outcome_unknown"] }]);
     assert.deepEqual(dec(encodeSync(2, 0, 0, 0)), [30, 2, 0, 0, 0]);
+  });
+
+  it("encodes PUSH_REGISTER with the opts given, PUSH_UNREGISTER and MUTE", () => {
+    assert.deepEqual(dec(encodePushRegister(4, "apns", "ab", { preview: true, locale: "pt-BR" })), [80, 4, "apns", "ab", { preview: true, locale: "pt-BR" }]);
+    assert.deepEqual(dec(encodePushRegister(4, "fcm", "t", {})), [80, 4, "fcm", "t", {}]);
+    assert.deepEqual(dec(encodePushRegister(4, "fcm", "t", { preview: false })), [80, 4, "fcm", "t", { preview: false }]);
+    assert.deepEqual(dec(encodePushUnregister(5)), [82, 5]);
+    const forever = encodeMute(6, BIG, 2n ** 63n - 1n);
+    assert.deepEqual(dec(forever), [84, 6, BIG, 2n ** 63n - 1n]);
+    assert.ok(!forever.includes(0xcb), "no float64");
+    assert.deepEqual(dec(encodeMute(6, 7n, 0n)), [84, 6, 7, 0]);
   });
 
   it("takes ids as bigint, safe numbers or decimal strings, and refuses the rest", () => {

@@ -1,10 +1,11 @@
 /** `Client`: one device's session with a gateway (session.ts: login, heartbeat,
  * reconnect, catch-up, send) and every request of wire protocol v1 (docs/protocol.md):
- * conversations, groups, history, receipts, presence, recall, media. */
+ * conversations, groups, history, receipts, presence, recall, media, offline push. */
 
 import { encodeMediaContent } from "../content.js";
 import {
   type Message,
+  type PushOptions,
   encodeDelivered,
   encodeGroupCreate,
   encodeGroupInfo,
@@ -12,7 +13,10 @@ import {
   encodeHistory,
   encodeMediaGet,
   encodeMediaUpload,
+  encodeMute,
   encodeOpenP2P,
+  encodePushRegister,
+  encodePushUnregister,
   encodePresence,
   encodeRead,
   encodeRecall,
@@ -119,6 +123,33 @@ export class Client extends Session {
     const rid = this.rid();
     const r = expect(await this.ask(rid, encodeMediaGet(rid, key), "MEDIA_GET"), "media_url");
     return { key: r.key, url: r.url, expiresMs: r.expiresMs };
+  }
+
+  /** PUSH_REGISTER: this device (its uid and device) can be reached through push
+   * service `provider` (`apns`, `fcm`, `webpush`...: 1-16 of `[a-z0-9_-]`) at `token`
+   * (1-2,048 UTF-8 bytes) while it has no connection. Registering again replaces the
+   * registration; a token another device holds moves here. Call it at every start and
+   * whenever the push service hands the app a new token. */
+  async pushRegister(provider: string, token: string, opts: PushOptions = {}): Promise<void> {
+    const rid = this.rid();
+    const body = encodePushRegister(rid, provider, token, opts);
+    expect(await this.ask(rid, body, "PUSH_REGISTER"), "push_register_ok");
+  }
+
+  /** PUSH_UNREGISTER: this device's registration goes (also when it had none). `logout`
+   * removes it too, but without an answer: call this first to be sure. */
+  async pushUnregister(): Promise<void> {
+    const rid = this.rid();
+    expect(await this.ask(rid, encodePushUnregister(rid), "PUSH_UNREGISTER"), "ok");
+  }
+
+  /** MUTE: no push notifications of `convId` to your uid's devices until `untilMs` (ms
+   * since the epoch; 0, or a time past, unmutes; a time far ahead such as 2n ** 63n - 1n
+   * mutes for good). Messages still arrive on connections and count unread. */
+  async mute(convId: Id, untilMs: Id): Promise<void> {
+    const rid = this.rid();
+    const body = encodeMute(rid, toId(convId, "convId"), toU64(untilMs, "untilMs"));
+    expect(await this.ask(rid, body, "MUTE"), "ok");
   }
 
   /** Upload a file: hash it, ask for a URL, PUT it there (fetch) unless the server has

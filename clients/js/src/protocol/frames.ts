@@ -172,6 +172,10 @@ export interface MediaUrl {
   url: string;
   expiresMs: number;
 }
+export interface PushRegisterOk {
+  kind: "push_register_ok";
+  rid: number;
+}
 export interface ErrorFrame {
   kind: "error";
   /** 0 when the ERROR is about a frame without a rid (READ, DELIVERED, TYPING). */
@@ -205,6 +209,7 @@ export type ServerFrame =
   | GroupInfoResult
   | Kick
   | MediaUrl
+  | PushRegisterOk
   | ErrorFrame
   | Invalid;
 
@@ -462,6 +467,8 @@ export function decodeServerFrame(body: Uint8Array): ServerFrame {
         expiresMs: int(at(f, 4, w), `${w} expires_ms`),
       };
     }
+    case Op.PUSH_REGISTER_OK:
+      return { kind: "push_register_ok", rid: rid(1, "PUSH_REGISTER_OK") };
     case Op.ERROR: {
       const w = "ERROR";
       const code = int(at(f, 2, w), `${w} code`);
@@ -589,6 +596,29 @@ export function encodeMediaUpload(
 
 export function encodeMediaGet(rid: number, key: string): Uint8Array {
   return body([Op.MEDIA_GET, rid, key]);
+}
+
+/** PUSH_REGISTER's opts map: `preview` (may a notification carry the message's text;
+ * false by default) and `locale` (the notification's language, BCP 47; "" by default).
+ * Keys left out take the server's defaults. */
+export interface PushOptions {
+  preview?: boolean;
+  locale?: string;
+}
+
+export function encodePushRegister(rid: number, provider: string, token: string, opts: PushOptions): Uint8Array {
+  const map: Record<string, unknown> = {};
+  if (opts.preview !== undefined) map.preview = opts.preview;
+  if (opts.locale !== undefined) map.locale = opts.locale;
+  return body([Op.PUSH_REGISTER, rid, provider, token, map]);
+}
+
+export function encodePushUnregister(rid: number): Uint8Array {
+  return body([Op.PUSH_UNREGISTER, rid]);
+}
+
+export function encodeMute(rid: number, convId: bigint, untilMs: bigint): Uint8Array {
+  return body([Op.MUTE, rid, wireU64(convId), wireU64(untilMs)]);
 }
 
 /** Whether two SYNC positions are the same value. */

@@ -40,6 +40,10 @@ export const Op = {
   MEDIA_UPLOAD: 70,
   MEDIA_URL: 71,
   MEDIA_GET: 72,
+  PUSH_REGISTER: 80,
+  PUSH_REGISTER_OK: 81,
+  PUSH_UNREGISTER: 82,
+  MUTE: 84,
   ERROR: 127,
 } as const;
 

@@ -159,6 +159,24 @@ export function chatSuite(transport) {
       assert.equal((await a.client.mediaUpload(sent.key.split("/")[2], data.length, "text/plain")).url, "", "stored already");
     });
 
+    it("registers for offline push, unregisters, and mutes a conversation", async () => {
+      const a = await open(25, "phone");
+      const b = await open(26, "phone");
+      await a.client.pushRegister("apns", "a1".repeat(32), { preview: true, locale: "pt-BR" });
+      await a.client.pushRegister("fcm", "fcm-token"); // again: replaces it
+      await a.client.pushUnregister();
+      await a.client.pushUnregister(); // none left: OK too
+      const bad = await a.client.pushRegister("Not A Provider", "t").catch((e) => e);
+      assert.ok(bad instanceof ClientError && bad.code === ErrorCode.BAD_REQUEST, String(bad));
+      const conv = await a.client.openP2P(26);
+      await a.client.mute(conv, Date.now() + 3_600_000);
+      await a.client.mute(conv, 2n ** 63n - 1n); // for good
+      await a.client.mute(conv, 0); // unmuted
+      const group = await b.client.groupCreate("b's", [27]);
+      const notMember = await a.client.mute(group, Date.now() + 60_000).catch((e) => e);
+      assert.ok(notMember instanceof ClientError && notMember.code === ErrorCode.NOT_MEMBER, String(notMember));
+    });
+
     it("resumes a later session from a kept next_since: what came meanwhile is pulled", async () => {
       const a = await open(17, "resume");
       const b = await open(18, "resume");
