@@ -424,7 +424,9 @@ class Api:
             if route.body:
                 args.append(_known(_json_object(raw), route.keys, "key"))
             else:
-                args.append(_known(parse_qs(query), route.keys, "query parameter"))
+                # a parameter given empty (cursor=) is malformed, not left out
+                params = parse_qs(query, keep_blank_values=True)
+                args.append(_known(params, route.keys, "query parameter"))
             async with asyncio.timeout(CALL_TIMEOUT_S):
                 return await route.handler(*args)
         if allowed:
@@ -659,7 +661,7 @@ class Api:
         """The user's conversations with unread counts, newest activity first: SYNC
         from the start, as `uid` (on `device`, whose delivered positions it shows)."""
         device = query["device"][0] if "device" in query else ""
-        if device and not DEVICE_RE.fullmatch(device):
+        if "device" in query and not DEVICE_RE.fullmatch(device):
             raise ApiError(ErrorCode.BAD_REQUEST, "device must match [A-Za-z0-9_-]{1,32}")
         cursor: int | bytes = 0
         if "cursor" in query:
