@@ -84,7 +84,9 @@ class AdminServer:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         path = request.path
-        if path == OPENAPI_PATH and request.method == "GET":  # open: the contract is public
+        if path == OPENAPI_PATH:  # open: the contract is public
+            if request.method != "GET":
+                raise HttpError(405, f"use GET {path}", headers={"Allow": "GET"})
             return api.json_response(200, openapi.document())
         if path.startswith(api.PREFIX):
             caller = self._caller(request)
