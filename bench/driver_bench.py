@@ -2,7 +2,7 @@
 against asyncmy (the same protocol compiled with Cython), on the exact SQL of one group
 commit (storage.mysql.sql): BEGIN + idempotency lookup + seq locks + members, then seqs +
 message INSERT + idempotency rows + COMMIT (`--separate-commit`: COMMIT in a round trip
-of its own, as before session 11). The client process's CPU time per batch
+of its own, where the store sends it with the writes). The client process's CPU time per batch
 is what the driver costs the gateway; MariaDB's time is not in it.
 
     python -m bench.driver_bench --batches 2000 --batch-size 20
@@ -93,7 +93,7 @@ async def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--separate-commit",
         action="store_true",
-        help="COMMIT in a round trip of its own (the send path before session 11)",
+        help="COMMIT in a round trip of its own (the store sends it with the writes)",
     )
     args = p.parse_args(argv)
     shards = 4

@@ -1,4 +1,4 @@
-"""Data lifecycle figures (issue 15): pruning and the archive against the send path.
+"""Data lifecycle figures: pruning and the archive against the send path.
 
     python -m bench.lifecycle prune-ab --rows 400000 --rate 2000 --duration 20
     python -m bench.lifecycle archive --rates 2000,5000,none --rows 60000

@@ -4,8 +4,8 @@
 
 Loads one user into `--convs` groups (rows written straight into the tables, as
 bench.preload does), then times `ChatStore.sync(since=0, limit=100)` three times on the
-embedded store and on MariaDB (a fresh database, dropped afterwards). Issue 12 asked for
-under 200 ms with 40,000 conversations.
+embedded store and on MariaDB (a fresh database, dropped afterwards). The target: under
+200 ms with 40,000 conversations.
 """
 
 from __future__ import annotations

@@ -95,9 +95,9 @@ class Config:
     max_connections_per_ip: int = 20_000
     # Logged-in connections (devices) of one uid on this node (0 = unlimited).
     max_connections_per_uid: int = 16
-    # Plain-TCP client connections as bare file descriptors ("fd", gateway/fdtransport.py:
-    # ~530 bytes fewer an idle connection), or on uvloop's transports ("uvloop", the
-    # default until session 13). TLS connections are always on uvloop's.
+    # Plain-TCP client connections as bare file descriptors ("fd", the default,
+    # gateway/fdtransport.py: ~530 bytes fewer an idle connection), or on uvloop's
+    # transports ("uvloop"). TLS connections are always on uvloop's.
     client_transport: str = "fd"
     max_write_buffer: int = 1 << 20  # a connection with more unsent bytes is slow_consumer
     max_inflight_requests: int = 256  # per connection; beyond this, reading pauses

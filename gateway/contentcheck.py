@@ -1,5 +1,5 @@
-"""A content check before the commit (the first seed's write path: membership, rate and
-content safety are checked before a message is stored).
+"""A content check before the commit (the write path checks membership, rate and
+content safety before a message is stored).
 
 `WebhookCheck` POSTs each group commit's messages to `--check-url` as JSON and waits at
 most `--check-timeout-ms` for the verdicts:

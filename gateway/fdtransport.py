@@ -1,5 +1,5 @@
 """Plain-TCP client connections as bare file descriptors, without uvloop's transports
-(`--client-transport fd`, the default since session 13: docs/decisions.md).
+(`--client-transport fd`, the default: docs/decisions.md).
 
 uvloop's TCP transport and its libuv handle take 1,225 of the ~2,025 bytes of an idle
 logged-in connection. Here a connection is its socket's file descriptor, watched with
@@ -10,7 +10,8 @@ pause/resume reading, and the pause_writing/resume_writing calls past a high-wat
 mark. Reads go into one buffer shared by the process's connections (`os.readv`) and
 are handed over as bytes.
 
-Measured with `bench.transport_probe` (bench/results/README.md, session 12): 812 bytes
+Measured with `bench.transport_probe` (bench/results/README.md, "Commit slots at
+10,000 msg/s, PING, bare-fd connections"): 812 bytes
 per idle connection against 1,334 with uvloop's transport, and the same CPU per PING;
 the gateway on it, 1,494 bytes against ~2,020.
 

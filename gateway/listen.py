@@ -8,8 +8,8 @@ the backends opened after, the kernel completes their handshakes into the listen
 and the gateway takes them as soon as it is ready, in arrival order.
 
 Only for the first start of a node or of a supervisor's workers: a worker the supervisor
-starts again while the others serve binds when it is ready, as before, so that the
-kernel keeps sending new connections to the workers that serve them.
+starts again while the others serve binds when it is ready, after its backends, so
+that the kernel keeps sending new connections to the workers that serve them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Final
 
 # Per socket; Linux caps it at net.core.somaxconn. A deeper queue (65,535 with the sysctl
 # raised) was measured in a 100,000-client storm: no handshake dropped, and no faster
-# (bench/results/README.md, "Reconnect storm, session 10").
+# (bench/results/README.md, "Reconnect storm: kicks to lapsed nodes, a deeper accept
+# queue").
 BACKLOG: Final = 4096
 
 

@@ -57,9 +57,9 @@ def _embedded(url: str, ids: Snowflake) -> tuple[EmbeddedStore, SqliteRevocation
 
 def import_backends(store_url: str, cache_url: str, bus_url: str) -> None:
     """Import the modules `open_backends` will need for these URLs, now: a supervisor
-    does it once before forking its workers, each of which used to import them after
-    its fork (~0.45 s of CPU each, 7 workers on 2 cores: a second more before a
-    restarted node listened). Imports only: no connection, no thread."""
+    does it once before forking its workers. Imported by each worker after its fork,
+    they would cost ~0.45 s of CPU each (7 workers on 2 cores: a second more before a
+    restarted node listens). Imports only: no connection, no thread."""
     if urlsplit(cache_url).scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         import storage.redis
         import storage.redis.budgets

@@ -11,8 +11,8 @@ SYNC_HINT to every session. So:
 - `Deadline(limit_s)` replaces `asyncio.timeout(limit_s)` around backend calls. When
   its limit passes while the loop is late (`LoopLag.overloaded`: a tick, or this very
   deadline, ran more than LATE_S late within the last WINDOW_S), it grants the call
-  another `limit_s`, at most MAX_EXTENSIONS times; otherwise the call is cut as before
-  (TimeoutError).
+  another `limit_s`, at most MAX_EXTENSIONS times; otherwise the call is cut at its
+  limit, as by `asyncio.timeout` (TimeoutError).
 - `overloaded()` lets the route watch tell a check that failed because the node was
   late from an outage (no push was lost: no SYNC_HINT).
 """

@@ -16,9 +16,10 @@ owner's batch size: beyond it, calls queue); a call made when no batch went for
 `linger_s` goes at the end of the event-loop iteration it was made in. Calls made
 meanwhile wait for the next batch.
 
-Sending full batches at once instead of waiting out the linger was tried: in a
-100,000-client storm it let 71 and 2,571 clients be told `unavailable` more than twice
-(SYNCs timing out in MariaDB) where waiting had told none (bench/results, session 8).
+Sending full batches at once instead of waiting out the linger lets clients be told
+`unavailable` more than twice in a 100,000-client storm (71 and 2,571 of them, SYNCs
+timing out in MariaDB) where waiting tells none (bench/results/README.md, "Reconnect
+storm: paced route writes").
 """
 
 from __future__ import annotations

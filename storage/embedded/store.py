@@ -253,8 +253,8 @@ class EmbeddedStore:
     def _ask_checkpoint(self) -> None:
         """Writer thread, after a commit: at most every CHECKPOINT_EVERY_S, have the
         checkpointer thread copy the WAL back into the database (PASSIVE: it blocks no
-        reader or writer). The writer's own auto-checkpoint, which used to stall a
-        commit for tens of ms every ~4 MB of WAL, is only the backstop now."""
+        reader or writer). The writer's own auto-checkpoint, which stalls a commit for
+        tens of ms every ~4 MB of WAL, is only the backstop."""
         now = time.monotonic()
         if self._cconn is None or self._ckpt_running or now < self._ckpt_due:
             return

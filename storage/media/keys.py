@@ -6,7 +6,7 @@ key, so a file is stored once per user however often it is sent.
 
 A media message (msg_type 2 image, 3 voice, 4 file) carries the key in its content, a
 msgpack map `{"key": str, ...}` (other keys are the client's: size, type, name, ...).
-Content that is not such a map is not a media reference and is stored as before.
+Content that is not such a map is not a media reference and is stored as it comes.
 """
 
 from __future__ import annotations

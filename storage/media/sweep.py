@@ -1,4 +1,4 @@
-"""The delayed cleanup of the seed: an upload that no message references `orphan_ms`
+"""The delayed cleanup of uploads: an upload that no message references `orphan_ms`
 after its upload URL was handed out is claimed (from then on no MEDIA_UPLOAD renews it
 and no message may reference it), then deleted, object first, then its row (a crash
 between leaves a claimed row: the next sweep deletes its object again and drops the

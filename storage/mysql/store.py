@@ -144,7 +144,8 @@ def _now_ms() -> int:
 class MySQLStore:
     # Four commits at once, each on its own connection: at 10,000 msg/s on one worker,
     # p99 send->ACK 44-52 ms against 73-98 ms with two (commits queued behind both
-    # slots; bench/results/README.md, session 12), and no cost at 2,000 or 6,000 msg/s.
+    # slots; bench/results/README.md, "Commit slots at 10,000 msg/s"), and no cost at
+    # 2,000 or 6,000 msg/s.
     commit_slots = 4
 
     def __init__(

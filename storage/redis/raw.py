@@ -20,7 +20,7 @@ commands go through redis-py's cluster pipeline, which groups them by the master
 key's slot, sends one pipeline per master concurrently, and sends a command answered
 MOVED, ASK or TRYAGAIN (a slot moved or moving) again on its own, following the
 redirection. Slower per command than the packed path, and correct. Callers choose by
-the client's type, so the single-Redis path packs and sends exactly as before.
+the client's type, so the single-Redis path always takes the packed one.
 """
 
 from __future__ import annotations
