@@ -22,9 +22,9 @@ server; a user's (SYNC, counts) ask every server at once and merge. A send batch
 spanning servers is one transaction per server, committed concurrently
 (docs/decisions.md).
 
-Seqs within a conversation follow commit order exactly (the original design's Redis-leased blocks
-cannot give that across workers: two workers holding seqs 5 and 6 may commit 6 first;
-see docs/decisions.md).
+Seqs within a conversation follow commit order exactly (seq blocks leased from Redis, the
+usual alternative, cannot give that across workers: two workers holding seqs 5 and 6 may
+commit 6 first; see docs/decisions.md).
 """
 
 from __future__ import annotations
