@@ -31,7 +31,7 @@ from gateway.handlers.base import RequestError
 from gateway.handlers.messaging import MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX
 from gateway.handlers.receipts import PRESENCE_MAX_UIDS
 from gateway.handlers.sync import CONV_LIMIT_DEFAULT, CONV_LIMIT_MAX
-from gateway.http.keys import MANAGE, MODERATE, READ, SEND, Caller
+from gateway.http.keys import MANAGE, MODERATE, PUSH, READ, SEND, Caller
 from gateway.jsonout import message_json, out_id
 from protocol.codec import encode
 from protocol.frames import (
@@ -43,6 +43,7 @@ from protocol.frames import (
     History,
     HistoryResult,
     MsgRecord,
+    Mute,
     Notice,
     Ok,
     OpenP2P,
@@ -57,8 +58,16 @@ from protocol.frames import (
     Sync,
     SyncResult,
 )
-from protocol.ops import KNOWN_CAPS, MAX_U64, ErrorCode, KickReason, MsgType, is_client_msg_type
-from protocol.parsers import FieldError, client_msg_id
+from protocol.ops import (
+    KNOWN_CAPS,
+    MAX_U64,
+    PUSH_TOKEN_MAX_BYTES,
+    ErrorCode,
+    KickReason,
+    MsgType,
+    is_client_msg_type,
+)
+from protocol.parsers import PUSH_PROVIDER_RE, FieldError, client_msg_id
 from protocol.token import DEVICE_RE, sign_token
 from storage.errors import BackendUnavailable
 from storage.rules import SERVER_UID
@@ -337,6 +346,9 @@ ROUTES: Final[tuple[tuple[str, str, str, str, str], ...]] = (
     ("POST", "kick", "kick", MODERATE, "uid device reason text"),
     ("POST", "revoke", "revoke", MODERATE, "uid device"),
     ("POST", "broadcast", "broadcast", MODERATE, "uids msg_type text content_b64"),
+    ("GET", "users/{id}/push-devices", "push_devices", PUSH, ""),
+    ("POST", "push-tokens/invalid", "push_token_invalid", PUSH, "provider token"),
+    ("POST", "conversations/{id}/mute", "mute", PUSH, "uid until_ms"),
 )  # fmt: skip
 
 
@@ -781,6 +793,46 @@ class Api:
             raise ApiError(ErrorCode.RATE_LIMITED, "broadcast budget spent; slow down")
         node.deliver(uids, encode(Notice(msg_type, content, int(time.time() * 1000))))
         return 200, {"uids": len(uids)}
+
+    # -- offline push ---------------------------------------------------------------------
+
+    async def push_devices(self, uid: int, query: Mapping[str, list[str]]) -> Result:
+        """The devices `uid` registered for push (PUSH_REGISTER), newest first."""
+        found = (await self._node.store.push_devices([uid])).get(uid, [])
+        found = sorted(found, key=lambda d: d.updated_ms, reverse=True)
+        return 200, {
+            "uid": out_id(uid),
+            "devices": [
+                {
+                    "device": d.device,
+                    "provider": d.provider,
+                    "token": d.token,
+                    "preview": d.preview,
+                    "locale": d.locale,
+                    "updated_ms": d.updated_ms,
+                }
+                for d in found
+            ],
+        }
+
+    async def push_token_invalid(self, body: Mapping[str, Any]) -> Result:
+        """The push service called this token invalid: its registration goes, whichever
+        device holds it."""
+        provider = as_str(field(body, "provider"), "provider")
+        token = as_str(field(body, "token"), "token")
+        if not PUSH_PROVIDER_RE.fullmatch(provider):
+            raise ApiError(ErrorCode.BAD_REQUEST, "provider must match [a-z0-9_-]{1,16}")
+        if not 0 < len(token.encode()) <= PUSH_TOKEN_MAX_BYTES:
+            raise ApiError(ErrorCode.BAD_REQUEST, f"token must be 1..{PUSH_TOKEN_MAX_BYTES} bytes")
+        return 200, {"deleted": await self._node.store.push_delete(provider, token)}
+
+    async def mute(self, conv_id: int, body: Mapping[str, Any]) -> Result:
+        """MUTE as `uid`: no push event for `conv_id` until `until_ms` (0 unmutes)."""
+        uid = as_id(field(body, "uid"), "uid")
+        until = as_count(field(body, "until_ms"), "until_ms")
+        ok = await self._call(uid, Mute(RID, conv_id, until))
+        assert isinstance(ok, Ok)
+        return 200, {"conv_id": out_id(conv_id), "uid": out_id(uid), "until_ms": until}
 
 
 class Bucket:

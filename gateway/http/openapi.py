@@ -341,6 +341,51 @@ CALLS: Final[dict[tuple[str, str], Call]] = {
         description="READ as uid: its read position moves up to seq (never back), and the "
         "members are told.",
     ),
+    ("GET", "users/{id}/push-devices"): Call(
+        "The devices a uid registered for offline push",
+        {},
+        _object(
+            {
+                "uid": _ref("OutId"),
+                "devices": {
+                    "type": "array",
+                    "items": _object(
+                        {
+                            "device": _DEVICE,
+                            "provider": {"type": "string", "pattern": "^[a-z0-9_-]{1,16}$"},
+                            "token": {"type": "string"},
+                            "preview": {"type": "boolean"},
+                            "locale": {"type": "string"},
+                            "updated_ms": {"type": "integer"},
+                        }
+                    ),
+                },
+            }
+        ),
+        description="What PUSH_REGISTER stored for each of the uid's devices, newest first.",
+    ),
+    ("POST", "push-tokens/invalid"): Call(
+        "Forget a push token its service called invalid",
+        {
+            "provider": {"type": "string", "pattern": "^[a-z0-9_-]{1,16}$"},
+            "token": {"type": "string", "minLength": 1},
+        },
+        _object({"deleted": {"type": "boolean"}}),
+        required=("provider", "token"),
+        description="The registration holding (provider, token) goes, whichever uid and "
+        "device hold it; deleted is false when none did.",
+        example={"provider": "fcm", "token": "dGhpcyBpcyBub3QgYSByZWFsIHRva2Vu"},
+    ),
+    ("POST", "conversations/{id}/mute"): Call(
+        "Mute a conversation's push events for a uid",
+        {"uid": _ref("Id"), "until_ms": _ref("IdOrZero")},
+        _object({**_CONV_ID, "uid": _ref("OutId"), "until_ms": {"type": "integer"}}),
+        required=("uid", "until_ms"),
+        errors=(404,),
+        description="MUTE as uid: no push event for the conversation until until_ms (ms since "
+        "the epoch; 0 unmutes). Unread counts are unchanged.",
+        example={"uid": 1002, "until_ms": 0},
+    ),
     ("POST", "conversations/{id}/delivered"): Call(
         "Move a device's delivered position",
         {"uid": _ref("Id"), "device": _DEVICE, "seq": _ref("IdOrZero")},

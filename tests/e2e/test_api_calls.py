@@ -1,10 +1,12 @@
 """The server API calls a backend acts with as a user: recall, read and delivered (the
 TCP ops' own handlers and rules), client tokens a device logs in with, cursor paging of
-members, conversations and history, and media messages with their key decoded."""
+members, conversations and history, media messages with their key decoded, and push
+registrations (listed, forgotten when their service calls them invalid) and mutes."""
 
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import msgpack
@@ -12,7 +14,16 @@ import pytest
 
 from gateway.http.api import Bucket
 from gateway.server import Server
-from protocol.frames import Login, LoginOk, Push, ReadNotify, Sync, SyncResult
+from protocol.frames import (
+    Login,
+    LoginOk,
+    Push,
+    PushRegister,
+    PushRegisterOk,
+    ReadNotify,
+    Sync,
+    SyncResult,
+)
 from protocol.ops import MsgType
 from storage.media.keys import media_content
 from tests.conftest import StartGateway
@@ -159,3 +170,40 @@ async def test_media_messages_come_back_with_their_key_decoded(
     assert msg["media"] == {"key": key, "size": 1234, "content_type": "image/png"}
     assert msgpack.unpackb(base64.b64decode(msg["content_b64"]))["name"] == "cat.png"
     assert "text" not in msg
+
+
+async def test_push_devices_invalid_tokens_and_mutes(start_gateway: StartGateway) -> None:
+    gw, api = await started(start_gateway)
+    phone = await Wire.login(gw.port, 5, "phone")
+    tablet = await Wire.login(gw.port, 5, "tablet")
+    assert isinstance(
+        await phone.request(PushRegister(0, "apns", "tok-phone", True, "de")), PushRegisterOk
+    )
+    assert isinstance(await tablet.request(PushRegister(0, "fcm", "tok-tablet")), PushRegisterOk)
+    listed = (await api.ok("GET", "users/5/push-devices"))["devices"]
+    assert [
+        (d["device"], d["provider"], d["token"], d["preview"], d["locale"]) for d in listed
+    ] == [
+        ("tablet", "fcm", "tok-tablet", False, ""),
+        ("phone", "apns", "tok-phone", True, "de"),
+    ]
+    # the push service says the tablet's token is invalid: that registration goes
+    body = {"provider": "fcm", "token": "tok-tablet"}
+    assert (await api.ok("POST", "push-tokens/invalid", body))["deleted"] is True
+    assert (await api.ok("POST", "push-tokens/invalid", body))["deleted"] is False
+    listed = (await api.ok("GET", "users/5/push-devices"))["devices"]
+    assert [d["device"] for d in listed] == ["phone"]
+    # MUTE as a member, until a time; a non-member is refused
+    conv = (await api.ok("POST", "p2p", {"uid": 5, "peer_uid": 6}))["conv_id"]
+    until = int(time.time() * 1000) + 60_000
+    muted = await api.ok("POST", f"conversations/{conv}/mute", {"uid": 5, "until_ms": until})
+    assert muted["until_ms"] == until
+    assert gw.node is not None
+    now = int(time.time() * 1000)
+    assert await gw.node.store.muted(conv, [5, 6], now) == {5}
+    await api.ok("POST", f"conversations/{conv}/mute", {"uid": 5, "until_ms": 0})
+    assert await gw.node.store.muted(conv, [5, 6], now) == set()
+    assert await api.error("POST", f"conversations/{conv}/mute", {"uid": 7, "until_ms": 0}) == (
+        403,
+        "not_member",
+    )
