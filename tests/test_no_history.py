@@ -46,15 +46,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Files being rewritten by the engineers who own them: their hits are printed but do not
-# fail the test until the files are cleaned. An entry with no hit left fails the test, so
-# the set empties itself as they are.
-PENDING: frozenset[str] = frozenset(
-    {
-        "docs/protocol.md",  # "as before" (media content)
-    }
-)
-
 PACKAGES = ("protocol", "storage", "gateway", "bench")
 NOT_SCANNED = ("bench/results/",)  # the recorded scripts of past bench runs, not code
 HELP_KEYWORDS = frozenset({"help", "description", "epilog", "usage"})
@@ -281,20 +272,13 @@ def test_prose_is_found_where_users_read_it() -> None:
     ]
 
 
-def test_what_users_read_speaks_only_of_the_product(capsys: pytest.CaptureFixture[str]) -> None:
-    hits = all_hits()
-    failing = [h for h in hits if h.where not in PENDING]
-    with capsys.disabled():
-        for hit in hits:
-            if hit.where in PENDING:
-                print(f"\npending: {hit}", end="")
+def test_what_users_read_speaks_only_of_the_product() -> None:
+    failing = all_hits()
     assert not failing, (
         f"{len(failing)} references to the development history; state what is true now "
         "(tests/test_no_history.py says what is looked for and why):\n"
         + "\n".join(map(str, failing))
     )
-    cleaned = sorted(PENDING - {h.where for h in hits})
-    assert not cleaned, f"no hit left in {cleaned}: remove them from PENDING"
 
 
 if __name__ == "__main__":
