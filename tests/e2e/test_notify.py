@@ -13,6 +13,8 @@ import pytest
 
 from gateway.server import Server
 from protocol.frames import ConvOk, GroupCreate, OpenP2P, Send, SendAck
+from protocol.ops import MsgType
+from storage.media.keys import media_content
 from tests.conftest import StartGateway
 from tests.support.proc import free_port
 from tests.support.waiting import wait_until
@@ -100,11 +102,21 @@ async def test_committed_messages_reach_the_webhook(
 
     acks = [await w.request(Send(0, conv, f"m{i}", 1, f"hello {i}".encode())) for i in range(3)]
     assert all(isinstance(a, SendAck) for a in acks)
+    key = "media/1/" + "cd" * 32
+    image = media_content(key, size=99, type="image/jpeg")
+    assert isinstance(await w.request(Send(0, conv, "img", int(MsgType.IMAGE), image)), SendAck)
     group = await w.request(GroupCreate(0, "team", (2, 3)))
     assert isinstance(group, ConvOk)
-    got = await receiver.wait_for(4)
+    got = await receiver.wait_for(5)
     texts = [(m["conv_id"], m["seq"], m.get("text")) for m in got if m["conv_id"] == conv]
-    assert texts == [(conv, 1, "hello 0"), (conv, 2, "hello 1"), (conv, 3, "hello 2")]
+    assert texts == [
+        (conv, 1, "hello 0"),
+        (conv, 2, "hello 1"),
+        (conv, 3, "hello 2"),
+        (conv, 4, None),
+    ]
+    [sent_image] = [m for m in got if m["client_msg_id"] == "img"]
+    assert sent_image["media"] == {"key": key, "size": 99, "content_type": "image/jpeg"}
     [created] = [m for m in got if m["conv_id"] == group.conv_id]
     assert created["sender_uid"] == 0 and created["event"]["event"] == "created"
     assert created["event"]["uids"] == [1, 2, 3]
