@@ -509,6 +509,9 @@ class Api:
         reads it over TCP (HISTORY / PULL, membership and all); else the whole
         conversation."""
         limit = query_limit(query, MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX)
+        given = [name for name in ("cursor", "before_seq", "after_seq") if name in query]
+        if len(given) > 1:
+            raise ApiError(ErrorCode.BAD_REQUEST, f"give one of {', '.join(given)}")
         if "cursor" in query:
             after, seq = _history_cursor(query["cursor"][0])
         else:

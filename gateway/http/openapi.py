@@ -272,8 +272,9 @@ CALLS: Final[dict[tuple[str, str], Call]] = {
         errors=(404,),
         description="The last limit messages before before_seq (0: the newest), or with "
         "after_seq the first limit after it, ascending by seq; cursor (a page's "
-        "next_cursor) goes on from where that page ended. With as_uid, as that member reads "
-        "it over TCP (HISTORY, PULL); else the whole conversation.",
+        "next_cursor) goes on from where that page ended; give at most one of before_seq, "
+        "after_seq and cursor. With as_uid, as that member reads it over TCP (HISTORY, "
+        "PULL); else the whole conversation.",
     ),
     ("GET", "conversations/{id}"): Call(
         "A conversation: kind, title, owner, members",

@@ -207,3 +207,16 @@ async def test_push_devices_invalid_tokens_and_mutes(start_gateway: StartGateway
         403,
         "not_member",
     )
+
+
+async def test_history_takes_one_position(start_gateway: StartGateway) -> None:
+    _, api = await started(start_gateway)
+    conv = (await api.ok("POST", "p2p", {"uid": 1, "peer_uid": 2}))["conv_id"]
+    for query in (
+        "before_seq=false&after_seq=3",
+        "before_seq=1&after_seq=3",
+        "cursor=b5&after_seq=1",
+    ):
+        status, answer = await api.call("GET", f"conversations/{conv}/messages?{query}")
+        assert (status, answer["error"]["code"]) == (400, "bad_request"), query
+        assert "give one of" in answer["error"]["message"]
