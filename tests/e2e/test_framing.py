@@ -28,6 +28,7 @@ from protocol.frames import (
 )
 from protocol.ops import ErrorCode, KickReason
 from tests.conftest import StartGateway
+from tests.support.waiting import wait_until
 from tests.support.wire import Wire, token
 
 
@@ -202,6 +203,8 @@ async def test_a_slow_reader_gets_whole_frames_then_the_kick(
     await loop.sock_connect(sock, ("127.0.0.1", gw.port))
     try:
         await loop.sock_sendall(sock, encode(Login(1, 1, 2, "slow", token(2, "slow"))))
+        # logged in before the flood: "not in by_device" below must mean kicked
+        await wait_until(lambda: (2, "slow") in node.by_device, 10, "the slow reader's login")
         conv = await sender.request(OpenP2P(0, 2))
         assert isinstance(conv, ConvOk)
         for i in range(3000):  # until the slow one is kicked (nothing read meanwhile)
