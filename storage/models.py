@@ -133,6 +133,17 @@ class OutboxRow:
 
 
 @dataclass(frozen=True, slots=True)
+class HookRow:
+    """A stored message its webhooks and push events are still owed (storage/hooks.py):
+    written by `node` in the message's own commit, at `created_ms` (the store's clock)."""
+
+    conv_id: int
+    seq: int
+    node: str
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeLease:
     """A node's outbox lease as the others see it: `live` while its owner renews it (not
     lapsed, not claimed by a survivor); `conn_floor`: every connection id the node's
@@ -245,6 +256,7 @@ __all__ = [
     "CacheUnavailable",
     "Conversation",
     "GroupFull",
+    "HookRow",
     "Membership",
     "MembershipChange",
     "NewMessage",

@@ -18,6 +18,7 @@ from typing import Protocol
 from storage.models import (
     AppendResult,
     Conversation,
+    HookRow,
     Membership,
     MembershipChange,
     NewMessage,
@@ -201,6 +202,34 @@ class ChatStore(Protocol):
         push_devices)."""
         ...
 
+    # -- hook rows: webhooks and push events owed, at least once (storage/hooks.py) ------
+
+    def set_hook_node(self, node: str) -> None:
+        """From now on every transaction that stores messages also writes one hook row
+        per message, owed by `node`, in the same commit; "" (the default) writes none."""
+        ...
+
+    async def hooks_of(self, node: str, limit: int) -> list[HookRow]:
+        """Up to `limit` hook rows of `node`, oldest first (created_ms, then conv_id,
+        seq); with several servers, each server's first `limit`, merged."""
+        ...
+
+    async def hooks_done(self, keys: Sequence[tuple[int, int]]) -> None:
+        """Delete the hook rows of these (conv_id, seq) (batched; a key with no row is
+        skipped)."""
+        ...
+
+    async def hooks_adopt(self, from_node: str, to_node: str) -> int:
+        """Re-tag every hook row of `from_node` (a dead node) as `to_node`'s; how many
+        moved."""
+        ...
+
+    async def hooks_backlog(self) -> tuple[int, int]:
+        """(hook rows pending across all nodes, counted up to
+        `storage.hooks.HOOK_BACKLOG_CAP`; the oldest one's created_ms, 0 if none): for
+        metrics, a bounded read of the node index."""
+        ...
+
     def now_ms(self) -> int:
         """The store's clock, the one that stamps server_ms and activity times."""
         ...
@@ -218,6 +247,9 @@ class ChatStore(Protocol):
         """The transactional outbox, for stores shared by several nodes (None: a node's
         fan-out cannot outlive it, nor need to)."""
         ...
+
+
+Store = ChatStore  # the store port, by its short name
 
 
 class Outbox(Protocol):

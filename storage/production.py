@@ -41,6 +41,7 @@ from storage.models import (
     AppendResult,
     AppendStatus,
     Conversation,
+    HookRow,
     Membership,
     MembershipChange,
     NewMessage,
@@ -130,6 +131,23 @@ class ProductionStore:
 
     def outbox(self) -> Outbox | None:
         return self.mysql.outbox()
+
+    # -- hook rows (storage/hooks.py): MySQL's, Redis holds none ---------------------------
+
+    def set_hook_node(self, node: str) -> None:
+        self.mysql.set_hook_node(node)
+
+    async def hooks_of(self, node: str, limit: int) -> list[HookRow]:
+        return await self.mysql.hooks_of(node, limit)
+
+    async def hooks_done(self, keys: Sequence[tuple[int, int]]) -> None:
+        await self.mysql.hooks_done(keys)
+
+    async def hooks_adopt(self, from_node: str, to_node: str) -> int:
+        return await self.mysql.hooks_adopt(from_node, to_node)
+
+    async def hooks_backlog(self) -> tuple[int, int]:
+        return await self.mysql.hooks_backlog()
 
     def _redis_failed(self, op: str, e: Exception) -> None:
         """Count it; log it at most once a second (an outage fails every call)."""

@@ -8,9 +8,9 @@ from typing import Final
 # 2: im_archive, im_archive_sent, im_meta (storage/archive); 3: unused;
 # 4: im_media_upload, im_media_ref (storage/media); 5: im_revocation
 # (storage/revocations.py); 6: im_archive_unread (storage/archive); 7: im_push_device,
-# im_conv_mute (storage/push.py). Every table is CREATE ... IF NOT EXISTS, so versions
-# stack: the highest wins and every table is created.
-SCHEMA_VERSION: Final = 7
+# im_conv_mute (storage/push.py); 8: im_hook (storage/hooks.py). Every table is CREATE
+# ... IF NOT EXISTS, so versions stack: the highest wins and every table is created.
+SCHEMA_VERSION: Final = 8
 
 _DDL: Final = """
 CREATE TABLE IF NOT EXISTS im_conversation (
@@ -155,6 +155,16 @@ CREATE TABLE IF NOT EXISTS im_conv_mute (
     until_ms INTEGER NOT NULL,
     PRIMARY KEY (conv_id, uid)
 ) WITHOUT ROWID;
+-- Hook rows (storage/hooks.py): stored messages whose webhooks and push events `node`
+-- still owes, written in the message's own commit, deleted once delivered.
+CREATE TABLE IF NOT EXISTS im_hook (
+    conv_id    INTEGER NOT NULL,
+    seq        INTEGER NOT NULL,
+    node       TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (conv_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS im_hook_node ON im_hook (node, created_ms);
 """
 
 

@@ -33,10 +33,12 @@ from storage.archive.index import (
 from storage.embedded import push
 from storage.embedded.schema import connect, migrate
 from storage.errors import StoreUnavailable
+from storage.hooks import DONE_KEYS_PER_QUERY, HOOK_BACKLOG_CAP, batches, hook_values
 from storage.membership import plan_change, shown_up_sql, start_read_seq
 from storage.models import (
     AppendResult,
     Conversation,
+    HookRow,
     Membership,
     MembershipChange,
     NewMessage,
@@ -68,6 +70,20 @@ P = ParamSpec("P")
 Row = Sequence[Any]
 
 _MSG_COLS = "conv_id, seq, id, sender_uid, msg_type, content, send_ms, client_msg_id"
+# hooks_backlog: the rows pending, counted up to the cap (a bounded walk of an index);
+# the oldest row's time, as each node's first entry in the (node, created_ms) index,
+# the nodes found one index search each (SQLite has no loose index scan of its own).
+_HOOK_COUNT_SQL: Final = "SELECT COUNT(*) FROM (SELECT 1 FROM im_hook LIMIT ?) AS pending"
+_HOOK_OLDEST_SQL: Final = """
+WITH RECURSIVE nodes(node) AS (
+  SELECT MIN(node) FROM im_hook
+  UNION ALL
+  SELECT (SELECT h.node FROM im_hook h WHERE h.node > nodes.node ORDER BY h.node LIMIT 1)
+  FROM nodes WHERE nodes.node IS NOT NULL
+)
+SELECT MIN((SELECT MIN(h.created_ms) FROM im_hook h WHERE h.node = nodes.node))
+FROM nodes WHERE nodes.node IS NOT NULL
+"""
 
 
 _I64_MAX = (1 << 63) - 1
@@ -142,6 +158,7 @@ class EmbeddedStore:
         self._members: OrderedDict[int, _Members] = OrderedDict()
         self._member_rows = 0
         self._member_writes = 0  # membership writes so far: a read racing one is not cached
+        self._hook_node = ""  # set: every message written gets a hook row of this node
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -304,10 +321,11 @@ class EmbeddedStore:
             conv_id, seq, self._ids.next_id(now), sender, msg_type, content, now, client_msg_id
         )
 
-    @staticmethod
-    def _write(conn: sqlite3.Connection, msgs: Sequence[StoredMessage], now: int) -> None:
-        """Insert messages (in seq order per conversation) and raise each conversation's
-        max_seq once: two statements run by SQLite's own loop, whatever the batch size."""
+    def _write(self, conn: sqlite3.Connection, msgs: Sequence[StoredMessage], now: int) -> None:
+        """Insert messages (in seq order per conversation), their hook rows when hooks
+        are on, and raise each conversation's max_seq once: a statement each, run by
+        SQLite's own loop, whatever the batch size. Every message a transaction stores
+        is written here."""
         conn.executemany(
             f"INSERT INTO im_message ({_MSG_COLS}) VALUES (?,?,?,?,?,?,?,?)",
             [
@@ -316,6 +334,11 @@ class EmbeddedStore:
                 for m in msgs
             ],
         )  # fmt: skip
+        if node := self._hook_node:
+            conn.executemany(
+                "INSERT INTO im_hook (conv_id, seq, node, created_ms) VALUES (?,?,?,?)",
+                hook_values(msgs, node),
+            )
         top: dict[int, int] = {}
         for m in msgs:
             top[m.conv_id] = max(m.seq, top.get(m.conv_id, 0))
@@ -812,6 +835,56 @@ class EmbeddedStore:
                 (_s(uid), *map(_s, others)),
             ).fetchall()
             return {_u(r[0]) for r in rows}
+
+        return await self._r(q)
+
+    # -- hook rows (storage/hooks.py) -------------------------------------------------------
+
+    def set_hook_node(self, node: str) -> None:
+        self._hook_node = node
+
+    async def hooks_of(self, node: str, limit: int) -> list[HookRow]:
+        def q() -> list[Row]:
+            assert self._rconn is not None
+            return self._rconn.execute(
+                "SELECT conv_id, seq, node, created_ms FROM im_hook WHERE node=? "
+                "ORDER BY created_ms, conv_id, seq LIMIT ?",
+                (node, limit),
+            ).fetchall()
+
+        if limit <= 0:
+            return []
+        return [HookRow(int(c), int(s), str(n), int(ms)) for c, s, n, ms in await self._r(q)]
+
+    async def hooks_done(self, keys: Sequence[tuple[int, int]]) -> None:
+        stored = [(c, s) for c, s in keys if 0 <= c <= _I64_MAX and 0 <= s <= _I64_MAX]
+        for part in batches(stored, DONE_KEYS_PER_QUERY):
+
+            def body(conn: sqlite3.Connection, part: list[tuple[int, int]] = part) -> None:
+                conn.executemany("DELETE FROM im_hook WHERE conv_id=? AND seq=?", part)
+
+            await self._wtx(body)
+
+    async def hooks_adopt(self, from_node: str, to_node: str) -> int:
+        def body(conn: sqlite3.Connection) -> int:
+            cur = conn.execute("UPDATE im_hook SET node=? WHERE node=?", (to_node, from_node))
+            return int(cur.rowcount)
+
+        if from_node == to_node:
+            return 0
+        return await self._wtx(body)
+
+    async def hooks_backlog(self) -> tuple[int, int]:
+        def q() -> tuple[int, int]:
+            conn = self._rconn
+            assert conn is not None
+            conn.execute("BEGIN")  # one snapshot for both
+            try:
+                (count,) = conn.execute(_HOOK_COUNT_SQL, (HOOK_BACKLOG_CAP,)).fetchone()
+                (oldest,) = conn.execute(_HOOK_OLDEST_SQL).fetchone()
+            finally:
+                conn.execute("COMMIT")
+            return int(count), int(oldest or 0)
 
         return await self._r(q)
 

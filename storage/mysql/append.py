@@ -83,6 +83,7 @@ class GroupCommit:
         self._ids = ids
         self._clock = clock
         self._outbox = outbox
+        self.hook_node = ""  # set: each stored message gets a hook row (storage/hooks.py)
 
     async def append(self, batch: Sequence[NewMessage]) -> list[AppendResult]:
         attempt_ms: list[int] = []  # the commit time of the last attempt
@@ -122,8 +123,10 @@ class GroupCommit:
                 statements = [
                     sql.set_seqs({m.conv_id: top[m.conv_id] for m in msgs}, now),
                     *sql.insert_sharded(msgs, self._table_of),
-                    sql.insert_sent(msgs, now),
                 ]
+                if hook_node := self.hook_node:  # the hooks owed, in the same commit
+                    statements.append(sql.insert_hooks(msgs, hook_node))
+                statements.append(sql.insert_sent(msgs, now))
                 if node := self._outbox.node:  # the fan-out owed, in the same commit
                     outbox_id = self._ids.next_id(now)
                     statements.append(outbox_sql(outbox_id, node, msgs, now))

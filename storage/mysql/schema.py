@@ -37,10 +37,10 @@ if TYPE_CHECKING:
 # 5: im_archive, im_archive_sent (storage/archive); 6: im_lease (storage/mysql/lease.py);
 # 7: im_media_upload, im_media_ref (storage/media); 8: im_node_lease.conn_floor;
 # 9: im_revocation (storage/revocations.py); 10: im_archive_unread (storage/archive);
-# 11: im_push_device, im_conv_mute (storage/mysql/push.py). Tables are CREATE ... IF NOT
-# EXISTS, so versions stack: the highest is recorded and every table is created; columns
-# added later are in UPGRADES too.
-SCHEMA_VERSION: Final = 11
+# 11: im_push_device, im_conv_mute (storage/mysql/push.py); 12: im_hook
+# (storage/hooks.py). Tables are CREATE ... IF NOT EXISTS, so versions stack: the highest
+# is recorded and every table is created; columns added later are in UPGRADES too.
+SCHEMA_VERSION: Final = 12
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -106,6 +106,17 @@ _TABLES: Final = [
         entries    BLOB NOT NULL,
         created_ms BIGINT NOT NULL,
         KEY k_node (node, id)
+    ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
+    # Hook rows (storage/hooks.py): stored messages whose webhooks and push events `node`
+    # still owes, written in the message's own commit (so on the server of its shard,
+    # where they stay), deleted once delivered.
+    """CREATE TABLE IF NOT EXISTS im_hook (
+        conv_id    BIGINT UNSIGNED NOT NULL,
+        seq        BIGINT UNSIGNED NOT NULL,
+        node       VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (conv_id, seq),
+        KEY k_node (node, created_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     # One row per node writing the outbox: alive while expires_ms is ahead; a survivor
     # claims a lapsed one (claimed_by) and re-delivers its outbox. conn_floor: the

@@ -133,6 +133,14 @@ def insert_sharded(msgs: Sequence[StoredMessage], table_of: Callable[[int], str]
     return [st for table, rows in by_shard.items() for st in insert_messages(table, rows)]
 
 
+def insert_hooks(msgs: Sequence[StoredMessage], node: str) -> str:
+    """The hook rows of `msgs`, owed by `node` (storage/hooks.py), created at each
+    message's server_ms."""
+    n = f"X'{node.encode().hex()}'"
+    values = ",".join(f"({m.conv_id:d},{m.seq:d},{n},{m.server_ms:d})" for m in msgs)
+    return f"INSERT INTO im_hook (conv_id, seq, node, created_ms) VALUES {values}"
+
+
 def message_of(row: Row) -> StoredMessage:
     """The message of a row of MSG_COLS."""
     cmid = row[7]

@@ -10,15 +10,17 @@ puts the Redis accelerator in front of it. Its parts, in storage/mysql/:
 - append.py: the group commit of a send batch (seqs under the seq row lock; see there);
 - sync.py: SYNC pages, coalesced per event-loop iteration;
 - sql.py: SQL text built from literals; outbox.py: the transactional outbox;
+- hook rows (storage/hooks.py): written beside each stored message, read here;
 - shardmap.py: which server holds which message shards.
 
 With a shard map (several servers), every row a send's commit depends on lives on the
 server of the conversation's shard: its messages, seq row, member rows, idempotency
-records, delivered cursors, the outbox rows of its commits, and a copy of its
-conversation row. The metadata database keeps the map, conv_id allocation (and p2p
-uniqueness), the node leases, and rows no commit reads: token revocations, media
-uploads, push registrations and mutes (push.py). A conversation's operations go to its
-server; a user's (SYNC, counts) ask every server at once and merge. A send batch
+records, delivered cursors, the outbox rows of its commits, the hook rows of its
+messages, and a copy of its conversation row. The metadata database keeps the map,
+conv_id allocation (and p2p uniqueness), the node leases, and rows no commit reads:
+token revocations, media uploads, push registrations and mutes (push.py). A
+conversation's operations go to its server; a user's (SYNC, counts) ask every server at
+once and merge. A send batch
 spanning servers is one transaction per server, committed concurrently
 (docs/decisions.md).
 
@@ -44,12 +46,20 @@ from protocol.ops import ConvKind, MsgType
 from storage.archive import tiered
 from storage.archive.index import FILES_SQL, ArchiveFile, indexed_files
 from storage.errors import StoreUnavailable
+from storage.hooks import (
+    ADOPT_ROWS_PER_QUERY,
+    DONE_KEYS_PER_QUERY,
+    HOOK_BACKLOG_CAP,
+    batches,
+    oldest_first,
+)
 from storage.membership import plan_change, shown_up_sql, start_read_seq
 from storage.models import (
     AppendFailed,
     AppendResult,
     AppendStatus,
     Conversation,
+    HookRow,
     Membership,
     MembershipChange,
     NewMessage,
@@ -192,6 +202,10 @@ class MySQLStore:
         self._by_url: dict[str, _Server] = {}  # every server used since start
         # The outbox over every server; one server: exactly the MySQLOutbox's calls.
         self._sharded_outbox = ShardedOutbox(self._outbox, [self._outbox])
+        self._hook_node = ""  # set: every stored message gets a hook row (storage/hooks.py)
+        # Every server that held shards since start (and the metadata database): hook
+        # rows stay where their message was stored, so every one is read.
+        self._hook_servers = [self._home]
         self._watcher: asyncio.Task[None] | None = None
         self.map_errors = 0  # failed reads of the shard map, and the last one's error
         self.last_map_error = ""
@@ -252,6 +266,9 @@ class MySQLStore:
             self._servers = list({id(x): x for x in self._server_of}.values())
         self.shard_map = list(ranges)
         self._sharded_outbox.use([x.outbox for x in self._servers])
+        for x in self._servers:
+            if all(x is not y for y in self._hook_servers):
+                self._hook_servers.append(x)
 
     async def _server_at(self, url: str) -> _Server:
         settings = server_settings(self.settings, url)
@@ -271,6 +288,7 @@ class MySQLStore:
         outbox = MySQLOutbox(db, self._clock)
         outbox.record_for(self._outbox.node)  # "" unless a node records its fan-out
         appends = GroupCommit(db, self.shard_of, self._ids, self._clock, outbox)
+        appends.hook_node = self._hook_node
         return _Server(db, appends, SyncBatcher(db, self.shard_of), outbox, replica)
 
     async def _watch_map(self) -> None:
@@ -425,8 +443,12 @@ class MySQLStore:
         return seq
 
     async def _insert_messages(self, cur: Cursor, msgs: Sequence[StoredMessage]) -> None:
+        """Insert server-written messages (system, recall) and, when hooks are on, their
+        hook rows, in the transaction of `cur` (on the conversation's server)."""
         for statement in sql.insert_sharded(msgs, self.shard_of):
             await cur.execute(statement)
+        if node := self._hook_node:
+            await cur.execute(sql.insert_hooks(msgs, node))
 
     async def _system(
         self, cur: Cursor, conv_id: int, event: SystemEvent, now: int, *, new: bool = False
@@ -1128,6 +1150,93 @@ class MySQLStore:
 
         # a conversation's member and conversation rows are all on its server
         return set().union(*await self._each(lambda x: x.db.run(q, tx=False)))
+
+    # -- hook rows (storage/hooks.py) -------------------------------------------------------
+
+    def set_hook_node(self, node: str) -> None:
+        self._hook_node = node
+        for server in {id(x): x for x in [self._home, *self._by_url.values()]}.values():
+            server.appends.hook_node = node
+
+    async def _each_hook_server(self, fn: Callable[[Transactions], Awaitable[T]]) -> list[T]:
+        """`fn` on every server that may hold hook rows, at once (one: just that)."""
+        if len(self._hook_servers) == 1:
+            return [await fn(self._hook_servers[0].db)]
+        return list(await asyncio.gather(*(fn(x.db) for x in self._hook_servers)))
+
+    async def hooks_of(self, node: str, limit: int) -> list[HookRow]:
+        if limit <= 0:
+            return []
+
+        async def q(cur: Cursor) -> list[HookRow]:
+            await cur.execute(
+                "SELECT conv_id, seq, node, created_ms FROM im_hook WHERE node=%s "
+                "ORDER BY created_ms, conv_id, seq LIMIT %s",
+                (node, limit),
+            )
+            return [
+                HookRow(int(c), int(s), str(n), int(ms)) for c, s, n, ms in await cur.fetchall()
+            ]
+
+        pages = await self._each_hook_server(lambda db: db.run(q, tx=False))
+        if len(pages) == 1:
+            return pages[0]
+        return oldest_first([r for p in pages for r in p], limit)
+
+    async def hooks_done(self, keys: Sequence[tuple[int, int]]) -> None:
+        stored = [(c, s) for c, s in keys if 0 <= c < 1 << 64 and 0 <= s < 1 << 64]
+        parts = batches(stored, DONE_KEYS_PER_QUERY)
+        if not parts:
+            return
+
+        async def delete(db: Transactions) -> None:
+            for part in parts:
+                listed = ",".join(f"({c:d},{s:d})" for c, s in part)
+
+                async def q(cur: Cursor, listed: str = listed) -> None:
+                    await cur.execute(f"DELETE FROM im_hook WHERE (conv_id, seq) IN ({listed})")
+
+                await db.run(q, tx=False)
+
+        await self._each_hook_server(delete)
+
+    async def hooks_adopt(self, from_node: str, to_node: str) -> int:
+        if from_node == to_node:
+            return 0
+
+        async def adopt(db: Transactions) -> int:
+            moved = 0
+            while True:  # in batches: no transaction holds a dead node's whole backlog
+
+                async def q(cur: Cursor) -> int:
+                    await cur.execute(
+                        "UPDATE im_hook SET node=%s WHERE node=%s LIMIT %s",
+                        (to_node, from_node, ADOPT_ROWS_PER_QUERY),
+                    )
+                    return rowcount(cur)
+
+                n = await db.run(q, tx=False)
+                moved += n
+                if n < ADOPT_ROWS_PER_QUERY:
+                    return moved
+
+        return sum(await self._each_hook_server(adopt))
+
+    async def hooks_backlog(self) -> tuple[int, int]:
+        async def q(cur: Cursor) -> tuple[int, int]:
+            # a bounded count; each node's oldest row, one index dive per node (MariaDB's
+            # loose index scan: "Using index for group-by")
+            await cur.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM im_hook LIMIT {HOOK_BACKLOG_CAP:d}) "
+                "AS pending;SELECT node, MIN(created_ms) FROM im_hook GROUP BY node"
+            )
+            (count,) = await cur.fetchone()
+            firsts = [int(ms) for _, ms in await next_rows(cur)]
+            return int(count), min(firsts, default=0)
+
+        parts = await self._each_hook_server(lambda db: db.run(q, tx=False))
+        count = min(sum(c for c, _ in parts), HOOK_BACKLOG_CAP)
+        return count, min((ms for c, ms in parts if c), default=0)
 
     # -- offline push (storage/mysql/push.py) ---------------------------------------------
 
