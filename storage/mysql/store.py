@@ -1209,8 +1209,10 @@ class MySQLStore:
             while True:  # in batches: no transaction holds a dead node's whole backlog
 
                 async def q(cur: Cursor) -> int:
+                    # forced: with a LIMIT, MariaDB would rather walk the primary
+                    # key, reading other nodes' rows, than the node's range of k_node
                     await cur.execute(
-                        "UPDATE im_hook SET node=%s WHERE node=%s LIMIT %s",
+                        "UPDATE im_hook FORCE INDEX (k_node) SET node=%s WHERE node=%s LIMIT %s",
                         (to_node, from_node, ADOPT_ROWS_PER_QUERY),
                     )
                     return rowcount(cur)
