@@ -193,13 +193,16 @@ class _NotifyCollector:
     def collect(self) -> Iterator[Metric]:
         for name, text in (
             ("delivered", "Messages the notify webhook acknowledged"),
-            ("dropped", "Committed messages not notified: the notify queue was full"),
+            ("dropped", "Committed messages never to be notified (none with a store's hook rows)"),
+            ("deferred", "Committed messages past the notify queue, read back from the store"),
             ("failures", "Notify webhook posts that failed (each retried)"),
         ):
             family = CounterMetricFamily(f"imgw_notify_{name}", text)
             family.add_metric([], getattr(self._notifier, name))
             yield family
-        queued = GaugeMetricFamily("imgw_notify_queued", "Messages waiting for the webhook")
+        queued = GaugeMetricFamily(
+            "imgw_notify_queued", "Messages waiting for the webhook (queued, or owed in the store)"
+        )
         queued.add_metric([], self._notifier.queued)
         yield queued
         oldest = GaugeMetricFamily(

@@ -107,6 +107,11 @@ class Node:
                 throttle=self.log_throttle.allow,
             )
         )
+        # Whose hook rows this node's commits write (gateway/notify.py): its node id where
+        # survivors take over a dead node (a shared store and a bus, gateway/outbox.py);
+        # else one name that the next start of this single node finds again.
+        shared = store.outbox() is not None and not config.bus.startswith("local:")
+        self.hook_node = node_id if shared else "local"
         self.notifier = (
             None
             if not config.notify_url
@@ -118,8 +123,12 @@ class Node:
                 batch_max=config.notify_batch_max,
                 log=self.log,
                 throttle=self.log_throttle.allow,
+                hooks=store,
+                hook_node=self.hook_node,
             )
         )
+        if self.notifier is not None:  # each commit stores what the webhook is owed
+            store.set_hook_node(self.hook_node)
         if self.notifier is not None:
             self.metrics.watch_notifier(self.notifier)
         self.batcher = SendBatcher(
@@ -199,7 +208,14 @@ class Node:
                 owes_hints=self.owes_hints,
                 log=self.log,
                 conn_floor=self._next_conn_id,  # before any connection: ids go up from it (admit)
+                adopt=self._adopt_hooks if self.notifier is not None else None,
             )
+
+    async def _adopt_hooks(self, dead: str) -> None:
+        """Take over what a dead node owed the notify webhook (its hook rows)."""
+        moved = await self.store.hooks_adopt(dead, self.hook_node)
+        if moved:
+            self.log.warning("taking over a dead node's notify rows", dead=dead, rows=moved)
 
     # -- lifecycle -----------------------------------------------------------------------
 

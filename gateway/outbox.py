@@ -14,7 +14,8 @@ owes in the commit. This keeper:
   delivers what they owed: each message PUSHed again to every online device of every
   current member (clients dedup by seq), then their rows deleted and their lease
   dropped. So a kill -9 between a commit and its fan-out delays the PUSH by at most the
-  lease plus a second, instead of leaving it to the receiver's next reconnect;
+  lease plus a second, instead of leaving it to the receiver's next reconnect; what the
+  dead node owed the notify webhook (its hook rows) is adopted too (`adopt`);
 - at start, first delivers what a predecessor with the same node id left;
 - every second, reads every node's lease, to tell which connections are gone with their
   process (`gone`): those of a node whose lease lapsed or was claimed (it stays dead,
@@ -53,12 +54,14 @@ class OutboxKeeper:
         log: Any,
         every_s: float = 1.0,
         conn_floor: int = 0,
+        adopt: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._outbox = outbox
         self._node_id = node_id
         self._conn_floor = conn_floor  # this process's connection ids are above it
         self._ttl_ms = int(lease_s * 1000)
         self._redeliver = redeliver  # PUSH a row's messages again
+        self._adopt = adopt  # take over a dead node's other duties (its notify rows)
         self._settled = settled  # wait for the fan-out requested so far; False: frames lost
         self._owes_hints = owes_hints  # SYNC_HINTs for lost frames not sent yet
         self._log = log
@@ -133,6 +136,8 @@ class OutboxKeeper:
         for node in await self._outbox.claim_lapsed(self._node_id, self._ttl_ms):
             self._log.warning("taking over the fan-out of a lapsed node", dead=node)
             await self._sweep(node)
+            if self._adopt is not None:
+                await self._adopt(node)
             await self._outbox.release(node, self._node_id)
 
     def gone(self, node: str, conn_id: int) -> bool:

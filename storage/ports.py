@@ -249,9 +249,6 @@ class ChatStore(Protocol):
         ...
 
 
-Store = ChatStore  # the store port, by its short name
-
-
 class Outbox(Protocol):
     """The transactional outbox: the fan-out each group commit owes is recorded in the
     commit itself (one row per commit, owned by the committing node) and cleared once

@@ -81,7 +81,7 @@ def test_the_rules_read_only_metrics_a_gateway_exports() -> None:
     )  # type: ignore[arg-type]
     metrics.watch_store(SimpleNamespace(recent_hits=0, recent_misses=0, recent_skipped=0))
     metrics.watch_notifier(
-        SimpleNamespace(delivered=0, dropped=0, failures=0, queued=0, oldest_age_s=0.0)
+        SimpleNamespace(delivered=0, dropped=0, deferred=0, failures=0, queued=0, oldest_age_s=0.0)
     )  # type: ignore[arg-type]
     metrics.watch_admission(lambda: True, lambda: 1000)
     exported = exposition_names(metrics.render().decode()) | {"up"}  # up: Prometheus's own

@@ -1,0 +1,70 @@
+"""A webhook receiver for the tests: a plain HTTP/1.1 server on asyncio streams."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from tests.support.proc import free_port
+from tests.support.waiting import wait_until
+
+
+class Receiver:
+    """A webhook receiver: records each POST's body and Authorization header, and
+    answers with the next of `statuses` (then `status`, 200 unless set)."""
+
+    def __init__(self, statuses: list[int] | None = None) -> None:
+        self.statuses = list(statuses or [])
+        self.status = 200
+        self.posts: list[dict[str, Any]] = []
+        self.auth: list[str] = []
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def start(self) -> Receiver:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+        return self
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:  # keep-alive: the client reuses the connection
+                line = await reader.readline()
+                if not line:
+                    return
+                length, auth = 0, ""
+                while (header := (await reader.readline()).decode().strip()) != "":
+                    name, _, value = header.partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                    elif name.lower() == "authorization":
+                        auth = value.strip()
+                body = await reader.readexactly(length)
+                status = self.statuses.pop(0) if self.statuses else self.status
+                if status == 200:
+                    self.posts.append(json.loads(body))
+                    self.auth.append(auth)
+                writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n".encode())
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [m for post in self.posts for m in post["messages"]]
+
+    async def wait_for(self, n: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+        await wait_until(
+            lambda: len({m["msg_id"] for m in self.messages()}) >= n, timeout, f"{n} messages"
+        )
+        return self.messages()
