@@ -15,7 +15,7 @@ handshake first (bench.wsclient), then one frame body per binary message.
 
 This is deliberately not `gateway.client`: no reconnects, no sync, no inbox — just
 enough protocol to measure the send path. The framing and login helpers below serve the
-leaner generators too (bench.holders, bench.idle_rss), which keep one slotted object per
+leaner generators too (bench.holders, bench.probes.idle_rss), which keep one slotted object per
 connection and decode only the few frames they wait for.
 """
 

@@ -1,5 +1,5 @@
 """An `imgw serve` subprocess: the one way the bench (bench.common.Gateway,
-bench.idle_rss) and the tests (tests/support/proc.py and the fixtures built on it) start
+bench.probes.idle_rss) and the tests (tests/support/proc.py and the fixtures built on it) start
 a gateway. Its output goes to a log file; it is ready once its port accepts (and an
 optional check agrees); it is stopped with SIGTERM, killed if it does not exit.
 

@@ -1,11 +1,11 @@
-"""`python -m bench.lifecycle`: each figure's --help (the runs themselves need services
+"""`python -m bench.probes.lifecycle`: each figure's --help (the runs themselves need services
 and minutes: bench/results/README.md, "The data lifecycle")."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench import lifecycle
+from bench.probes import lifecycle
 
 
 @pytest.mark.parametrize("figure", [[], ["prune-ab"], ["archive"], ["history"]])
@@ -13,7 +13,7 @@ def test_help(figure: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         lifecycle.main([*figure, "--help"])
     assert done.value.code == 0
-    assert "usage: python -m bench.lifecycle" in capsys.readouterr().out
+    assert "usage: python -m bench.probes.lifecycle" in capsys.readouterr().out
 
 
 def test_a_figure_is_required(capsys: pytest.CaptureFixture[str]) -> None:

@@ -234,7 +234,7 @@ def test_the_patterns_flag_history(line: str) -> None:
         "## A session\n\n1. Connect, then send LOGIN first",
         "in its session\n1. the first step",
         "one round trip per batch, 3 round trips in all",
-        "python -m bench.lifecycle prune-ab --rows 200000 --rounds 3",
+        "python -m bench.probes.lifecycle prune-ab --rows 200000 --rounds 3",
         "rounded to 2 decimals",
         "issue a token to uid 5",
         "@settings(derandomize=True): the same seed every run",

@@ -13,7 +13,7 @@ memory per connection (from /proc/net/sockstat; both ends of every connection li
 this host). Everything is then closed, the gateway gets SIGTERM, and the figures go to
 stdout and, with --json, to a file.
 
-    python -m bench.idle_rss --connections 10000 --procs 4 --json out.json
+    python -m bench.probes.idle_rss --connections 10000 --procs 4 --json out.json
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def generator_main(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m bench.idle_rss",
+        prog="python -m bench.probes.idle_rss",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )

@@ -5,7 +5,7 @@ message INSERT + idempotency rows + COMMIT (`--separate-commit`: COMMIT in a rou
 of its own, where the store sends it with the writes). The client process's CPU time per batch
 is what the driver costs the gateway; MariaDB's time is not in it.
 
-    python -m bench.driver_bench --batches 2000 --batch-size 20
+    python -m bench.probes.driver_bench --batches 2000 --batch-size 20
     (asyncmy is the store's driver; aiomysql is still installed for the bench and the tests)
 """
 
@@ -84,7 +84,7 @@ async def _drive(conn: Any, queries: list[list[str]]) -> float:
 
 
 async def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.driver_bench", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.probes.driver_bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--batches", type=int, default=2000)
     p.add_argument("--batch-size", type=int, default=20)

@@ -16,7 +16,7 @@ nothing else, in one of two ways:
 Both keep the same two-slot object per connection. Measure each with the connect bench
 against its pid:
 
-    python -m bench.transport_probe --kind reader --port 7400 &
+    python -m bench.probes.transport_probe --kind reader --port 7400 &
     imgw bench connect --addr 127.0.0.1:7400 --token-key k:s --gateway-pid $! \\
         --connections 15000 --hb 5 --hold 45 --ramp 5000
 """
@@ -158,7 +158,7 @@ async def serve(kind: str, host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m bench.transport_probe",
+        prog="python -m bench.probes.transport_probe",
         description="LOGIN_OK and PONG only: the connection layer's memory and CPU per PING",
     )
     p.add_argument("--kind", choices=("transport", "reader"), required=True)

@@ -3,7 +3,7 @@
 Not part of the test run, and not a load test: it times `protocol.encode` and
 `FrameDecoder.feed` (one whole frame per call) in a tight `time.perf_counter` loop.
 
-    python -m bench.codec_bench [--seconds 1.0] [--json results.json]
+    python -m bench.probes.codec_bench [--seconds 1.0] [--json results.json]
 """
 
 from __future__ import annotations

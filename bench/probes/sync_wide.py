@@ -1,6 +1,6 @@
 """The first SYNC page of a user in very many conversations, on both stores.
 
-    python -m bench.sync_wide [--convs 40000] [--mysql mysql://root:@127.0.0.1:3306/]
+    python -m bench.probes.sync_wide [--convs 40000] [--mysql mysql://root:@127.0.0.1:3306/]
 
 Loads one user into `--convs` groups (rows written straight into the tables, as
 bench.preload does), then times `ChatStore.sync(since=0, limit=100)` three times on the
@@ -116,7 +116,7 @@ async def mysql(url: str, n: int) -> list[float]:
 
 
 async def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.sync_wide", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m bench.probes.sync_wide", description=__doc__)
     p.add_argument("--convs", type=int, default=40_000, help="conversations (40000)")
     p.add_argument("--mysql", default="mysql://root:@127.0.0.1:3306/", help="server URL")
     p.add_argument("--no-mysql", action="store_true", help="the embedded store only")

@@ -1,8 +1,8 @@
 """Data lifecycle figures: pruning and the archive against the send path.
 
-    python -m bench.lifecycle prune-ab --rows 400000 --rate 2000 --duration 20
-    python -m bench.lifecycle archive --rates 2000,5000,none --rows 60000
-    python -m bench.lifecycle history --pages 200
+    python -m bench.probes.lifecycle prune-ab --rows 400000 --rate 2000 --duration 20
+    python -m bench.probes.lifecycle archive --rates 2000,5000,none --rows 60000
+    python -m bench.probes.lifecycle history --pages 200
 
 `prune-ab`: one gateway on MariaDB + Redis (a fresh database, dropped afterwards);
 rounds of two sides, alternating: `off` loads `--rows` idempotency records 49 h old into
@@ -326,7 +326,7 @@ def history(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.lifecycle", description=__doc__,
+        prog="python -m bench.probes.lifecycle", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     sub = parser.add_subparsers(dest="what", metavar="FIGURE", required=True)
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         "cores": os.cpu_count(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                           time.gmtime(started)),
     }  # fmt: skip
-    result["command"] = ["python", "-m", "bench.lifecycle", *(argv or sys.argv[1:])]
+    result["command"] = ["python", "-m", "bench.probes.lifecycle", *(argv or sys.argv[1:])]
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: v for k, v in result.items() if k not in ("runs", "machine")}))
