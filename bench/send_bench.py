@@ -1,9 +1,8 @@
-"""`python -m bench.send_bench`: the send benchmark's first command line, kept for the
-commands in bench/results/README.md. It runs the same scenario as `imgw bench chat`
-(`imgw bench group` with --group-size > 2; bench.send), with its own flags and defaults
-(a fresh MariaDB database unless --embedded or --store, --port, --gateway-log,
---metrics-url, --drain) and its own JSON: "scenario": "send", `errors` by code, and
-no connection figures.
+"""`python -m bench.send_bench`: the send benchmark's first command line. It runs the
+same scenario as `imgw bench chat` (`imgw bench group` with --group-size > 2; bench.send),
+with its own flags and defaults (a fresh MariaDB database unless --embedded or --store,
+--port, --gateway-log, --metrics-url, --drain) and its own JSON: "scenario": "send",
+`errors` by code, and no connection figures.
 
     python -m bench.send_bench --spawn-gateway --rate 2000 --duration 10
     python -m bench.send_bench --spawn-gateway --rates 2000,5000,10000 --json out.json

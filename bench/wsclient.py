@@ -11,12 +11,12 @@ written (`ClientFramer`) and read (`read_frames`) here.
 Why not the library for the frames too: a `ClientProtocol` kept open costs 3,578 bytes
 per connection (tracemalloc) and a PING round through it (send_binary, data_to_send,
 receive_data of the PONG, events_received) 5.9 µs of CPU, against none and 0.05 µs here
-(`python -m bench.ws_probe --client-cost`; bench/results/README.md, "WebSocket
-transport: library A/B"). At 15,000 connections that is 54 MB more per generator, and on
-the bench's 2-core machine every µs a generator spends is taken from the gateway under
-test. What a generator writes after the handshake is four kinds of frame (LOGIN, PING,
-SYNC, SEND) and what it reads is unmasked binary frames and the rare close: both are a
-few lines.
+(`python -m bench.ws_probe --client-cost`; docs/decisions.md, "WebSocket on the
+`websockets` library's sans-I/O core"). At 15,000 connections that is 54 MB more per
+generator, and on the bench's 2-core machine every µs a generator spends is taken from
+the gateway under test. What a generator writes after the handshake is four kinds of
+frame (LOGIN, PING, SYNC, SEND) and what it reads is unmasked binary frames and the rare
+close: both are a few lines.
 
 Masking: every frame a process writes uses that process's one masking key (random), so
 a PING is one constant byte string. RFC 6455 wants a fresh unpredictable key per frame

@@ -10,8 +10,8 @@ pause/resume reading, and the pause_writing/resume_writing calls past a high-wat
 mark. Reads go into one buffer shared by the process's connections (`os.readv`) and
 are handed over as bytes.
 
-Measured with `bench.probes.transport_probe` (bench/results/README.md, "Commit slots at
-10,000 msg/s, PING, bare-fd connections"): 812 bytes
+Measured with `bench.probes.transport_probe` (docs/decisions.md,
+"Plain-TCP connections are bare file descriptors"): 812 bytes
 per idle connection against 1,334 with uvloop's transport, and the same CPU per PING;
 the gateway on it, 1,494 bytes against ~2,020.
 

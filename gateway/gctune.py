@@ -15,6 +15,6 @@ def quiet_gc() -> None:
     longer walks it, and a young collection runs every 50,000 net allocations instead of
     700 (a send allocates a few dozen objects; cycles are rare on it). Embedded chat at
     3,000 msg/s, 5 runs each: gateway CPU median 146 vs 157 µs per message, p99
-    send→ACK median 43 vs 54 ms (bench/results/ab/gc_*)."""
+    send→ACK median 43 vs 54 ms."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLD)

@@ -19,8 +19,7 @@ from typing import Final
 
 # Per socket; Linux caps it at net.core.somaxconn. A deeper queue (65,535 with the sysctl
 # raised) was measured in a 100,000-client storm: no handshake dropped, and no faster
-# (bench/results/README.md, "Reconnect storm: kicks to lapsed nodes, a deeper accept
-# queue").
+# (docs/decisions.md, "The client port is bound before the backends are opened").
 BACKLOG: Final = 4096
 
 

@@ -458,7 +458,7 @@ class Node:
         """One publish: every kick waiting for the node asked longest ago. (One publish
         to every waiting node per batch sent ~6x the publishes in a 7-worker storm, most
         to nodes whose old connections were gone anyway, and took recovery from 37 s to
-        65 s: bench/results/README.md, "Reconnect storm: paced route writes".)"""
+        65 s: docs/decisions.md, "Coalescers are paced".)"""
         node = next(iter(self._kicks))
         conn_ids = self._kicks.pop(node)
         if (keeper := self.outbox) is not None:  # gone while they waited?

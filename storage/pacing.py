@@ -18,8 +18,8 @@ meanwhile wait for the next batch.
 
 Sending full batches at once instead of waiting out the linger lets clients be told
 `unavailable` more than twice in a 100,000-client storm (71 and 2,571 of them, SYNCs
-timing out in MariaDB) where waiting tells none (bench/results/README.md, "Reconnect
-storm: paced route writes").
+timing out in MariaDB) where waiting tells none (docs/decisions.md, "Coalescers are
+paced").
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ What Redis holds here (see storage/redis/cache.py for the keys):
   up later) are written after each group commit in one round trip; a p2p conversation's
   are cached when a page of them is read from MySQL (read-through): its messages are
   PUSHed to the one peer and rarely read again, and writing each one cost Redis 50 to
-  75 % of its CPU per message (bench/results: read-through). PULL and HISTORY pages
+  75 % of its CPU per message (docs/decisions.md, "The recent-message cache proves each
+  page"). PULL and HISTORY pages
   inside the cache are answered from Redis; MySQL then answers only a primary-key read
   of the committed max seq and the highest recalled seq, which is what proves that the
   cache holds every message of the page as it now stands (a cache write that failed

@@ -1,5 +1,5 @@
 """`python -m bench.probes.lifecycle`: each figure's --help (the runs themselves need services
-and minutes: bench/results/README.md, "The data lifecycle")."""
+and minutes: docs/archive.md, "Figures")."""
 
 from __future__ import annotations
 

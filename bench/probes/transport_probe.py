@@ -2,8 +2,8 @@
 TCP transport against a bare socket watched with `loop.add_reader`.
 
 The gateway's idle connection costs ~2,025 B, 1,225 B of it uvloop's transport, and a
-PING ~18 µs, most of it kernel time (bench/results/README.md, "Commit slots at 10,000
-msg/s, PING, bare-fd connections"). This measures what a transport of one's own saves
+PING ~18 µs, most of it kernel time (docs/decisions.md, "Plain-TCP
+connections are bare file descriptors"). This measures what a transport of one's own saves
 (gateway/fdtransport.py is the gateway's): a server that
 answers LOGIN with LOGIN_OK (the token is not checked) and PING with PONG, and does
 nothing else, in one of two ways:

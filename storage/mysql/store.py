@@ -103,8 +103,8 @@ DEDUP_KEEP_MS: Final = 48 * 3600 * 1000
 # missed calls); batches of PRUNE_BATCH rows per server, each followed by a pause so
 # that deleting takes at most PRUNE_DUTY of the time (and at least PRUNE_PAUSE_S), for
 # PRUNE_BUDGET_S at most a call: a large backlog drains over several calls without a
-# long transaction or a burst that would hold up sends (bench/results/README.md,
-# "Pruning im_send_dedup": send p99 with pruning on and off).
+# long transaction or a burst that would hold up sends (docs/decisions.md,
+# "Pruning by one node, under a lease in MySQL": send p99 with pruning on and off).
 PRUNE_LEASE: Final = "prune"
 PRUNE_LEASE_TTL_MS: Final = 150_000
 PRUNE_BATCH: Final = 500
@@ -154,7 +154,8 @@ def _now_ms() -> int:
 class MySQLStore:
     # Four commits at once, each on its own connection: at 10,000 msg/s on one worker,
     # p99 send->ACK 44-52 ms against 73-98 ms with two (commits queued behind both
-    # slots; bench/results/README.md, "Commit slots at 10,000 msg/s"), and no cost at
+    # slots; docs/decisions.md, "A group commit waits for its batch only when the rate can
+    # fill it"), and no cost at
     # 2,000 or 6,000 msg/s.
     commit_slots = 4
 

@@ -33,9 +33,8 @@ SYNC_BATCH_MAX: Final = 64  # SYNCs per multi-statement query
 SYNC_IN_FLIGHT: Final = 3  # batches out at once
 # Between batches, under load. A 100,000-client storm on 7 workers asks ~200 SYNCs a
 # second of each: 2 ms made batches of about one (824 us of gateway CPU per reconnect),
-# 20 ms 436 us, 40 ms 360 us (bench/results/README.md, "Reconnect storm: paced route
-# writes"). A ceiling: one batch of SYNC_BATCH_MAX per linger, 1,600 first pages a second
-# per worker.
+# 20 ms 436 us, 40 ms 360 us (docs/decisions.md, "Coalescers are paced"). A ceiling: one
+# batch of SYNC_BATCH_MAX per linger, 1,600 first pages a second per worker.
 SYNC_LINGER_S: Final = 0.04
 _SYNC_SQL: Final = """SELECT m.conv_id AS cid, c.kind, COALESCE(m.left_seq, s.max_seq) AS max_seq,
   m.read_seq, COALESCE(d.seq, 0), COALESCE(m.left_ms, s.last_active_ms) AS last_active,
