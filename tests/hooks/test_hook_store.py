@@ -23,28 +23,14 @@ from storage.embedded.schema import SCHEMA_VERSION as SQLITE_VERSION
 from storage.models import AppendStatus, HookRow, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import ddl
-from storage.production import ProductionStore
-from storage.redis import RedisCache, redis_from_url
 from tests.support.services import (
     downgrade_then_migrate,
     drop_mysql,
-    drop_redis,
     fresh_mysql,
-    fresh_redis_url,
 )
+from tests.support.stores import T0, Clock, open_store
 
-T0 = 1_800_000_000_000
 STORES = ("embedded", "mysql", "sharded", "production")
-
-
-class Clock:
-    """The store's clock, in ms: still unless the test moves it."""
-
-    def __init__(self) -> None:
-        self.ms = T0
-
-    def __call__(self) -> int:
-        return self.ms
 
 
 @dataclass
@@ -77,30 +63,8 @@ class Store:
 @pytest.fixture(params=STORES)
 async def s(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     clock = Clock()
-    if request.param == "embedded":
-        store: Any = EmbeddedStore(str(tmp_path / "imgw.db"), clock=clock)
-        await store.start()
-        try:
-            yield Store(store, clock, request.param)
-        finally:
-            await store.close()
-        return
-    url = await fresh_mysql(shards=2, sharded=request.param == "sharded")
-    mysql = MySQLStore(MySQLSettings.from_url(url), clock=clock)
-    redis_url = fresh_redis_url() if request.param == "production" else ""
-    store = mysql
-    if redis_url:
-        client, prefix = redis_from_url(redis_url)
-        store = ProductionStore(mysql, RedisCache(client, prefix=prefix))
-    await store.start()
-    try:
+    async with open_store(request.param, clock, tmp_path) as store:
         yield Store(store, clock, request.param)
-    finally:
-        await store.close()
-        await drop_mysql(url)
-        if redis_url:
-            await client.aclose()
-            await drop_redis(redis_url)
 
 
 async def test_a_send_batch_writes_a_row_per_stored_message(s: Store) -> None:

@@ -21,6 +21,7 @@ from gateway.http import media
 from gateway.http.media import MediaListener
 from storage.media.keys import media_key
 from storage.media.objects import FileObjects
+from tests.support.rawhttp import closed, reply
 
 SECRET = b"0123456789abcdef-media"
 HOST = "Host: 127.0.0.1\r\n"
@@ -91,33 +92,12 @@ def _get_head(target: str) -> bytes:
     return f"GET {target} HTTP/1.1\r\n{HOST}\r\n".encode()
 
 
-async def _reply(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    """One response: its status, its headers (lower-case names) and its body."""
-    async with asyncio.timeout(5):
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-        line, *fields = head.rstrip("\r\n").split("\r\n")
-        headers = {}
-        for field in fields:
-            name, _, value = field.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return int(line.split()[1]), headers, body
-
-
-async def _closed(reader: asyncio.StreamReader) -> bool:
-    """The listener closed the connection (after what it had to say)."""
-    with contextlib.suppress(ConnectionResetError):
-        async with asyncio.timeout(5):
-            return await reader.read() == b""
-    return True
-
-
 async def _exchange(server: MediaListener, request: bytes) -> tuple[int, dict[str, str], bytes]:
     """One request on a connection of its own, and the reply."""
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     try:
         writer.write(request)
-        return await _reply(reader)
+        return await reply(reader)
     finally:
         writer.close()
 
@@ -139,9 +119,9 @@ async def test_an_overlong_head_is_answered_and_the_connection_closed(
     reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
     try:
         writer.write(head)
-        status, _, _ = await _reply(reader)
+        status, _, _ = await reply(reader)
         assert status in (400, 431)
-        assert await _closed(reader)
+        assert await closed(reader)
         assert _stored_files(listener) == []
     finally:
         writer.close()
@@ -164,9 +144,9 @@ async def test_a_content_length_that_is_no_number_is_answered(
     reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
     try:
         writer.write(head + b"Content-Type: image/png\r\n\r\n" + data)
-        status, _, _ = await _reply(reader)
+        status, _, _ = await reply(reader)
         assert status == 400  # aiohttp's parser
-        assert await _closed(reader)
+        assert await closed(reader)
         assert _stored_files(listener) == []
     finally:
         writer.close()
@@ -177,13 +157,13 @@ async def test_a_put_then_a_get_on_one_connection(listener: MediaListener) -> No
     reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
     try:
         writer.write(_put_head(_upload_target(listener, data), len(data)) + data)
-        status, _, _ = await _reply(reader)
+        status, _, _ = await reply(reader)
         assert status == 201
         writer.write(_get_head(_download_target(listener, data, "image/png")))
-        status, headers, body = await _reply(reader)
+        status, headers, body = await reply(reader)
         assert (status, headers["content-type"], body) == (200, "image/png", data)
         writer.write(_get_head("/media/5/nothing?exp=1&type=a/b&sig=x"))  # still open
-        status, _, _ = await _reply(reader)
+        status, _, _ = await reply(reader)
         assert status == 403
     finally:
         writer.close()
@@ -201,7 +181,7 @@ async def test_a_put_with_expect_100_continue_hears_continue_first(
             interim = await reader.readuntil(b"\r\n\r\n")
         assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
         writer.write(data)
-        status, _, _ = await _reply(reader)
+        status, _, _ = await reply(reader)
         assert status == 201
     finally:
         writer.close()
@@ -218,9 +198,9 @@ async def test_a_chunked_put_is_refused_411(listener: MediaListener) -> None:
             + data
             + b"\r\n0\r\n\r\n"
         )
-        status, _, _ = await _reply(reader)
+        status, _, _ = await reply(reader)
         assert status == 411
-        assert await _closed(reader)
+        assert await closed(reader)
         assert _stored_files(listener) == []
     finally:
         writer.close()
@@ -336,8 +316,8 @@ async def test_closing_the_listener_ends_its_uploads(listener: MediaListener) ->
         assert [n for n in os.listdir(directory) if n.endswith(".part")]
         async with asyncio.timeout(5):
             await listener.close()
-        assert await _closed(reader)  # the connection was closed
-        assert await _closed(idle_reader)  # and so was the idle one
+        assert await closed(reader)  # the connection was closed
+        assert await closed(idle_reader)  # and so was the idle one
         assert os.listdir(directory) == []  # the partial upload removed
     finally:
         writer.close()
@@ -464,7 +444,7 @@ async def test_a_url_takes_one_put_at_a_time(listener: MediaListener) -> None:
         second, _, _ = await _exchange(listener, _put_head(target, len(data)) + data)
         assert second == 409
         writer.write(data[1000:])  # the first one finishes
-        first, _, _ = await _reply(reader)
+        first, _, _ = await reply(reader)
         assert first == 201
         again, _, _ = await _exchange(listener, _put_head(target, len(data)) + data)
         assert again == 201  # free again: a retry works

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import web
 
 from gateway.http.listener import HttpListener, Limits, read_body
+from tests.support.rawhttp import closed, reply
 from tests.support.waiting import wait_until
 
 BODY_LIMIT = 100
@@ -42,26 +43,6 @@ async def serving(limits: Limits) -> AsyncIterator[HttpListener]:
 async def listener() -> AsyncIterator[HttpListener]:
     async with serving(Limits(head_timeout_s=0.3, idle_timeout_s=5)) as server:
         yield server
-
-
-async def reply(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
-    """One response: its status, its headers (lower-case names) and its body."""
-    async with asyncio.timeout(5):
-        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
-        line, *fields = head.rstrip("\r\n").split("\r\n")
-        headers = {}
-        for field in fields:
-            name, _, value = field.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-    return int(line.split()[1]), headers, body
-
-
-async def closed(reader: asyncio.StreamReader) -> bool:
-    with contextlib.suppress(ConnectionResetError):
-        async with asyncio.timeout(5):
-            return await reader.read() == b""
-    return True
 
 
 @contextlib.asynccontextmanager
