@@ -1,5 +1,5 @@
 """A content-check webhook that allows everything, for measuring what `--check-url` costs
-the gateway (gateway/contentcheck.py).
+the gateway (gateway/hooks/contentcheck.py).
 
 An aiohttp server in its own process: every `POST /check` with the documented body
 (`{"messages": [...]}`) is answered 200 `{"allow": [true, ...]}`, one verdict per

@@ -72,7 +72,7 @@ class SendBatcher:
         check: Callable[[Sequence[NewMessage]], Awaitable[list[bool]]] | None = None,
     ) -> None:
         self._store = store
-        self._check = check  # the content check before the commit (gateway.contentcheck)
+        self._check = check  # the content check before the commit (gateway.hooks.contentcheck)
         self._max_batch = max_batch
         self._max_delay = max_delay_s
         self._min_batch = max(1, min(min_batch, max_batch))

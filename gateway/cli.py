@@ -82,6 +82,18 @@ def _serve_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--notify-token", help="bearer token sent to --notify-url (env IMGW_NOTIFY_TOKEN)"
     )
+    p.add_argument(
+        "--push-url",
+        help="POST push events (the registered devices that were offline) here in batches, "
+        "at least once",
+    )
+    p.add_argument("--push-token", help="bearer token sent to --push-url (env IMGW_PUSH_TOKEN)")
+    p.add_argument(
+        "--push-amqp",
+        metavar="URL",
+        help="publish push events to the RabbitMQ exchange imgw.push at this amqp:// URL, "
+        "persistent and confirmed",
+    )
     p.add_argument("--tls-cert", help="PEM certificate chain: serve TLS on the client port")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     p.add_argument(
@@ -208,7 +220,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     names = [
         "host", "port", "data_dir", "store", "cache", "bus", "node_id", "tls_cert", "tls_key",
         "ws_listen", "ws_origins",
-        "check_url", "check_timeout_ms", "check_fail", "notify_url", "notify_token", "admin_port",
+        "check_url", "check_timeout_ms", "check_fail", "notify_url", "notify_token",
+        "push_url", "push_token", "push_amqp", "admin_port",
         "admin_host", "admin_token", "hb", "idle", "login_timeout", "max_frame", "max_content",
         "max_connections", "client_transport",
         "recall_window", "rate_burst", "rate_per_s", "batch_max", "batch_delay_ms",

@@ -110,19 +110,24 @@ class Config:
     op_rate_per_s: float = 100.0
     typing_burst: int = 3
     typing_per_s: float = 2.0
-    # Content check before the commit (gateway.contentcheck): a webhook URL, its deadline,
+    # Content check before the commit (gateway.hooks.contentcheck): a webhook URL, its deadline,
     # what a failure does ("open": store unchecked; "closed": answer unavailable), and
     # the connections it may hold.
     check_url: str = ""
     check_timeout_ms: float = 200.0
     check_fail: str = "open"
     check_pool: int = 8
-    # The notify webhook after the commit (gateway.notify): committed messages POSTed in
-    # batches, at least once, from a bounded queue (past it: counted and not notified).
+    # After the commit, at least once (gateway/hooks/queue.py): the notify webhook
+    # (committed messages POSTed in batches) and push events (the devices that were
+    # offline) to a URL and/or a RabbitMQ exchange. The queue in memory holds
+    # notify_queue_max messages; past it they wait in the store's hook rows.
     notify_url: str = ""
     notify_token: str = ""  # sent as Authorization: Bearer
     notify_queue_max: int = 10_000
     notify_batch_max: int = 100
+    push_url: str = ""
+    push_token: str = ""  # sent as Authorization: Bearer
+    push_amqp: str = ""  # amqp:// URL: events to the exchange imgw.push
     # Quotas: groups a uid may create a day, and conversations a uid may be a member of
     # (checked when a group is created or members are added).
     groups_per_day: int = 100
@@ -263,6 +268,14 @@ class Config:
         if self.notify_url and not self.notify_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"--notify-url must be an http:// or https:// URL, got {self.notify_url!r}"
+            )
+        if self.push_url and not self.push_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"--push-url must be an http:// or https:// URL, got {self.push_url!r}"
+            )
+        if self.push_amqp and not self.push_amqp.startswith(("amqp://", "amqps://")):
+            raise ConfigError(
+                f"--push-amqp must be an amqp:// or amqps:// URL, got {self.push_amqp!r}"
             )
         if self.notify_queue_max < 1 or self.notify_batch_max < 1:
             raise ConfigError("need notify_queue_max >= 1 and notify_batch_max >= 1")

@@ -29,10 +29,16 @@ MISSED_CAP: Final = 100_000  # connection ids remembered per node; beyond, their
 _SYNC_HINT: Final = encode(SyncHint())
 
 
+# Told, once a delivery is done, the (uid, device)s its payload was written to (here, or
+# published to their node with the broker's confirm).
+Seen = Callable[[frozenset[tuple[int, str]]], None]
+
+
 class _Delivery(NamedTuple):
     uids: Sequence[int]
     payload: bytes
     skip: Session | None
+    seen: Seen | None
 
 
 class FanOut:
@@ -90,11 +96,20 @@ class FanOut:
         self._missed_task: asyncio.Task[None] | None = None
         self.failures = 0  # deliveries that lost frames (lookup failed, publish lost)
 
-    def deliver(self, uids: Sequence[int], payload: bytes, skip: Session | None = None) -> None:
-        """Write `payload` to every online device of `uids` except `skip`, soon."""
+    def deliver(
+        self,
+        uids: Sequence[int],
+        payload: bytes,
+        skip: Session | None = None,
+        seen: Seen | None = None,
+    ) -> None:
+        """Write `payload` to every online device of `uids` except `skip`, soon; then
+        tell `seen` which devices it went to (not when the route lookup failed)."""
         if not uids:
+            if seen is not None:
+                seen(frozenset())
             return
-        self._pending.append(_Delivery(uids, payload, skip))
+        self._pending.append(_Delivery(uids, payload, skip, seen))
         if not self._scheduled:
             self._scheduled = True
             self._loop.call_soon(self._flush)
@@ -147,8 +162,13 @@ class FanOut:
         pushes = 0
         local: dict[Session, list[bytes]] = {}  # in order: one write per connection
         remote: dict[str, list[envelope.Item]] = defaultdict(list)
-        for d in batch:
+        # deliveries that want to know where their payload went: index in `batch` ->
+        # the devices written here, and per node the devices published to
+        written: dict[int, set[tuple[int, str]]] = {}
+        far_devices: dict[str, list[tuple[int, tuple[int, str]]]] = defaultdict(list)
+        for i, d in enumerate(batch):
             far: dict[str, list[int]] = {}
+            got = written.setdefault(i, set()) if d.seen is not None else None
             for uid in d.uids:
                 for r in online.get(uid, ()):
                     if r.node == me:
@@ -160,8 +180,12 @@ class FanOut:
                             else:
                                 frames.append(d.payload)
                             pushes += 1
+                            if got is not None and conn.active:  # closing: dropped, offline
+                                got.add((uid, r.device))
                     else:
                         far.setdefault(r.node, []).append(r.conn_id)
+                        if got is not None:
+                            far_devices[r.node].append((i, (uid, r.device)))
             for target, conn_ids in far.items():
                 remote[target].append((conn_ids, d.payload))
         for conn, frames in local.items():
@@ -175,6 +199,13 @@ class FanOut:
                 if result is Delivery.LOST:  # that node is alive: tell its clients later
                     self.failures += 1
                     self._lost(target, (c for conn_ids, _ in items for c in conn_ids))
+                else:
+                    for i, device in far_devices.get(target, ()):
+                        written[i].add(device)
+        for i, got in written.items():
+            seen = batch[i].seen
+            assert seen is not None
+            seen(frozenset(got))
 
     def _lost(self, target: str, conn_ids: Iterable[int]) -> None:
         """Frames for `conn_ids` on node `target` were lost on the way (our bus link was

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Final, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gateway.hooks.notify import NotifyStage
+from gateway.hooks.push import PushStage
 from gateway.redact import redact_text
 from storage.ports import Bus
 
 if TYPE_CHECKING:
-    from gateway.notify import Notifier
+    from gateway.hooks.queue import HookQueue
 
 _BUS_COUNTERS: Final = (
     ("published", "Bus envelopes handed to the broker"),
@@ -147,11 +149,13 @@ class Metrics:
         if hasattr(store, "recent_hits"):
             self.registry.register(_RecentCollector(store))
 
-    def watch_notifier(self, notifier: Notifier) -> None:
-        """Expose the notify webhook's counters as imgw_notify_{delivered,dropped,
-        failures}_total and its queue as imgw_notify_queued and
-        imgw_notify_oldest_age_seconds."""
-        self.registry.register(_NotifyCollector(notifier))
+    def watch_hooks(self, hooks: HookQueue) -> None:
+        """Expose the hook queue: with the notify webhook, imgw_notify_{delivered,dropped,
+        deferred,failures}_total, imgw_notify_queued and imgw_notify_oldest_age_seconds;
+        with push sinks, imgw_push_{events,recipients}_total,
+        imgw_push_failures_total{sink}, imgw_push_pending and
+        imgw_push_oldest_age_seconds."""
+        self.registry.register(_HooksCollector(hooks))
 
     def watch_tls(self, handshakes: HandshakeCounts, not_after: float | None) -> None:
         """With --tls-cert (gateway/tls.py): the handshake counters, and when the served
@@ -186,30 +190,77 @@ class _BusCollector:
             yield family
 
 
-class _NotifyCollector:
-    def __init__(self, notifier: Notifier) -> None:
-        self._notifier = notifier
+class _HooksCollector:
+    def __init__(self, hooks: HookQueue) -> None:
+        self._hooks = hooks
 
     def collect(self) -> Iterator[Metric]:
-        for name, text in (
-            ("delivered", "Messages the notify webhook acknowledged"),
-            ("dropped", "Committed messages never to be notified (none with a store's hook rows)"),
-            ("deferred", "Committed messages past the notify queue, read back from the store"),
-            ("failures", "Notify webhook posts that failed (each retried)"),
-        ):
+        hooks = self._hooks
+        for stage in hooks.stages:
+            if isinstance(stage, NotifyStage):
+                yield from self._notify(stage)
+            elif isinstance(stage, PushStage):
+                yield from self._push(stage)
+
+    def _notify(self, stage: NotifyStage) -> Iterator[Metric]:
+        hooks = self._hooks
+        for name, text, value in (
+            ("delivered", "Messages the notify webhook acknowledged", hooks.delivered),
+            (
+                "dropped",
+                "Committed messages never to be notified (none with a store's hook rows)",
+                hooks.dropped,
+            ),
+            (
+                "deferred", "Committed messages past the notify queue, read back from the store",
+                hooks.deferred,
+            ),
+            ("failures", "Notify webhook posts that failed (each retried)", stage.post.failures),
+        ):  # fmt: skip
             family = CounterMetricFamily(f"imgw_notify_{name}", text)
-            family.add_metric([], getattr(self._notifier, name))
+            family.add_metric([], value)
             yield family
         queued = GaugeMetricFamily(
             "imgw_notify_queued", "Messages waiting for the webhook (queued, or owed in the store)"
         )
-        queued.add_metric([], self._notifier.queued)
+        queued.add_metric([], hooks.queued)
         yield queued
         oldest = GaugeMetricFamily(
             "imgw_notify_oldest_age_seconds",
             "Since the oldest message waiting for the webhook was committed (0: none waits)",
         )
-        oldest.add_metric([], self._notifier.oldest_age_s)
+        oldest.add_metric([], hooks.oldest_age_s)
+        yield oldest
+
+    def _push(self, stage: PushStage) -> Iterator[Metric]:
+        hooks = self._hooks
+        events = CounterMetricFamily("imgw_push_events", "Push events every push sink acknowledged")
+        events.add_metric([], stage.events)
+        yield events
+        recipients = CounterMetricFamily(
+            "imgw_push_recipients", "Offline devices in the acknowledged push events"
+        )
+        recipients.add_metric([], stage.recipients)
+        yield recipients
+        failures = CounterMetricFamily(
+            "imgw_push_failures", "Deliveries to a push sink that failed (each retried)",
+            labels=["sink"],
+        )  # fmt: skip
+        for sink in stage.sinks:
+            failures.add_metric([sink.name], sink.failures)
+        yield failures
+        pending = GaugeMetricFamily(
+            "imgw_push_pending",
+            "Committed messages whose push events are not yet delivered (queued, or owed in "
+            "the store)",
+        )
+        pending.add_metric([], hooks.queued)
+        yield pending
+        oldest = GaugeMetricFamily(
+            "imgw_push_oldest_age_seconds",
+            "Since the oldest message whose push events wait was committed (0: none waits)",
+        )
+        oldest.add_metric([], hooks.oldest_age_s)
         yield oldest
 
 

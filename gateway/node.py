@@ -20,12 +20,13 @@ from gateway import envelope
 from gateway.batcher import SendBatcher
 from gateway.config import Config
 from gateway.connection import Backlog, Connection
-from gateway.contentcheck import WebhookCheck
 from gateway.fanout import FanOut
+from gateway.hooks import hook_queue
+from gateway.hooks.contentcheck import WebhookCheck
+from gateway.hooks.queue import Owed
 from gateway.logs import Throttle
 from gateway.media import Media
 from gateway.metrics import Metrics
-from gateway.notify import Notifier
 from gateway.outbox import OutboxKeeper
 from gateway.ports import Session, TooManyConnections
 from gateway.ratelimit import SharedBudgets, UidRateLimiter
@@ -107,30 +108,20 @@ class Node:
                 throttle=self.log_throttle.allow,
             )
         )
-        # Whose hook rows this node's commits write (gateway/notify.py): its node id where
-        # survivors take over a dead node (a shared store and a bus, gateway/outbox.py);
-        # else one name that the next start of this single node finds again.
+        # Whose hook rows this node's commits write (gateway/hooks/queue.py): its node id
+        # where survivors take over a dead node (a shared store and a bus,
+        # gateway/outbox.py); else one name that the next start of this single node finds.
         shared = store.outbox() is not None and not config.bus.startswith("local:")
         self.hook_node = node_id if shared else "local"
-        self.notifier = (
-            None
-            if not config.notify_url
-            else Notifier(
-                config.notify_url,
-                node_id=node_id,
-                token=config.notify_token,
-                queue_max=config.notify_queue_max,
-                batch_max=config.notify_batch_max,
-                log=self.log,
-                throttle=self.log_throttle.allow,
-                hooks=store,
-                hook_node=self.hook_node,
-            )
-        )
-        if self.notifier is not None:  # each commit stores what the webhook is owed
+        self.hooks = hook_queue(
+            config, node_id=node_id, hook_node=self.hook_node, store=store, routes=routes,
+            log=self.log, throttle=self.log_throttle.allow,
+        )  # fmt: skip
+        # push events need what the fan-out saw; the notify webhook alone does not
+        self._hooks_see = self.hooks is not None and bool(config.push_url or config.push_amqp)
+        if self.hooks is not None:  # each commit stores what the hooks are owed
             store.set_hook_node(self.hook_node)
-        if self.notifier is not None:
-            self.metrics.watch_notifier(self.notifier)
+            self.metrics.watch_hooks(self.hooks)
         self.batcher = SendBatcher(
             store,
             max_batch=config.batch_max,
@@ -208,14 +199,14 @@ class Node:
                 owes_hints=self.owes_hints,
                 log=self.log,
                 conn_floor=self._next_conn_id,  # before any connection: ids go up from it (admit)
-                adopt=self._adopt_hooks if self.notifier is not None else None,
+                adopt=self._adopt_hooks if self.hooks is not None else None,
             )
 
     async def _adopt_hooks(self, dead: str) -> None:
-        """Take over what a dead node owed the notify webhook (its hook rows)."""
+        """Take over what a dead node owed the hooks (its hook rows)."""
         moved = await self.store.hooks_adopt(dead, self.hook_node)
         if moved:
-            self.log.warning("taking over a dead node's notify rows", dead=dead, rows=moved)
+            self.log.warning("taking over a dead node's hook rows", dead=dead, rows=moved)
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -226,8 +217,8 @@ class Node:
             self.shared_budgets.start()
         if self.outbox is not None:
             await self.outbox.start()
-        if self.notifier is not None:
-            self.notifier.start()
+        if self.hooks is not None:
+            self.hooks.start()
         self.wheel.start()
 
     def protocol_factory(self) -> Connection:
@@ -540,31 +531,41 @@ class Node:
     ) -> None:
         """PUSH a committed message to every online device of every member (or of `uids`)
         except the connection `exclude` that sent it. Best effort, in the background. Every
-        committed message passes here once (sends, system and recall messages): the notify
-        webhook queues it here."""
-        if self.notifier is not None:
-            self.notifier.add(msg)
+        committed message passes here once (sends, system and recall messages): the hook
+        queue gets it here, or (for push events) once the fan-out knows where it went."""
+        if self.hooks is not None and not self._hooks_see:
+            self.hooks.add(Owed(msg))
         if uids is not None:
-            self._push(msg, exclude, list(uids))
+            self._push(msg, exclude, list(uids), owed=True)
         else:
             self.spawn(self._push_to_members(msg, exclude))
 
     async def _push_to_members(self, msg: StoredMessage, exclude: Session | None) -> None:
         try:
             uids = await self.store.member_uids(msg.conv_id)
-        except Exception as e:
+        except Exception as e:  # its hook row, if any, is delivered from the store
             self.log.warning("fan-out failed", conv_id=msg.conv_id, seq=msg.seq, error=repr(e))
             return
-        self._push(msg, exclude, uids)
+        self._push(msg, exclude, uids, owed=True)
 
-    def _push(self, msg: StoredMessage, exclude: Session | None, uids: Sequence[int]) -> None:
+    def _push(
+        self, msg: StoredMessage, exclude: Session | None, uids: Sequence[int], *, owed: bool
+    ) -> None:
+        """PUSH `msg` to `uids`; `owed`: the hook queue (when it wants to know where the
+        message went) gets it once the fan-out is done."""
         payload = encode(
             Push(
                 msg.conv_id, msg.seq, msg.msg_id, msg.sender_uid, msg.msg_type, msg.content,
                 msg.server_ms, msg.client_msg_id,
             )
         )  # fmt: skip
-        self.fan.deliver(uids, payload, exclude)
+        hooks = self.hooks
+        if owed and self._hooks_see and hooks is not None:
+            self.fan.deliver(
+                uids, payload, exclude, lambda online: hooks.add(Owed(msg, uids, online))
+            )
+        else:
+            self.fan.deliver(uids, payload, exclude)
 
     def deliver(self, uids: Sequence[int], payload: bytes, *, skip: Session | None = None) -> None:
         """Write `payload` to every online device of `uids` except `skip`, soon: local
@@ -579,8 +580,8 @@ class Node:
             )
             if msgs:
                 uids = await self.store.member_uids(conv_id)
-                for msg in msgs:
-                    self._push(msg, None, uids)
+                for msg in msgs:  # its hook rows were adopted: not owed again from here
+                    self._push(msg, None, uids, owed=False)
 
     def _on_bus(self, data: bytes) -> None:
         try:

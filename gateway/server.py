@@ -509,8 +509,8 @@ class Server:
                 closers.insert(0, self.media_http.close)
             if node.check is not None:
                 closers.append(node.check.close)
-            if node.notifier is not None:
-                closers.insert(0, node.notifier.close)  # a last flush, before the rest
+            if node.hooks is not None:
+                closers.insert(0, node.hooks.close)  # a last flush, before the rest
             for close in closers:
                 try:
                     await close()

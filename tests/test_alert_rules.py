@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
+from gateway.hooks.notify import NotifyStage
+from gateway.hooks.post import JsonPost
+from gateway.hooks.push import PushStage
+from gateway.hooks.queue import HookQueue
 from gateway.metrics import Metrics
 from tests.conftest import StartGateway
 from tests.support.proc import free_port
@@ -74,15 +78,15 @@ def test_every_risk_has_an_alert_and_every_alert_says_what_to_do() -> None:
 
 def test_the_rules_read_only_metrics_a_gateway_exports() -> None:
     """The node's registry, with every watcher it can have (a bus, a recent-message
-    cache, the notify webhook, the admin port's admission gauges)."""
+    cache, the notify webhook and push sinks, the admin port's admission gauges)."""
     metrics = Metrics()
     metrics.watch_bus(
         SimpleNamespace(published=0, lost=0, unroutable=0, dead_lettered=0, outages=0)
     )  # type: ignore[arg-type]
     metrics.watch_store(SimpleNamespace(recent_hits=0, recent_misses=0, recent_skipped=0))
-    metrics.watch_notifier(
-        SimpleNamespace(delivered=0, dropped=0, deferred=0, failures=0, queued=0, oldest_age_s=0.0)
-    )  # type: ignore[arg-type]
+    notify = NotifyStage(JsonPost("http://127.0.0.1:9/", what="notify", log=None), node_id="n")
+    push = PushStage([], store=None, routes=None, log=None)  # type: ignore[arg-type]
+    metrics.watch_hooks(HookQueue([notify, push], log=None))
     metrics.watch_admission(lambda: True, lambda: 1000)
     exported = exposition_names(metrics.render().decode()) | {"up"}  # up: Prometheus's own
     used = {name for rule in rules() for name in re.findall(r"\bimgw_\w+|\bup\b", rule["expr"])}

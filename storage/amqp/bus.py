@@ -3,8 +3,8 @@
 Topology, declared by every node at start (idempotent) and re-declared by aio-pika after
 each reconnect:
 
-- `imgw.push`: durable direct exchange; the routing key is the target node id.
-- `imgw.node.<node_id>`: one queue per node, bound to `imgw.push` with the node id. Not
+- `imgw.bus`: durable direct exchange; the routing key is the target node id.
+- `imgw.node.<node_id>`: one queue per node, bound to `imgw.bus` with the node id. Not
   exclusive and not durable: pushes are hints backed by the store (a client that misses
   one catches up with SYNC), so they are not worth disk writes, but the queue outlives a
   dropped connection and keeps buffering while its node reconnects. `x-expires` deletes
@@ -61,7 +61,7 @@ from storage.ports import BusHandler, Delivery, ResumeHandler
 
 log = structlog.get_logger("imgw.bus")
 
-PUSH_EXCHANGE = "imgw.push"
+BUS_EXCHANGE = "imgw.bus"
 DEAD_EXCHANGE = "imgw.dlx"
 DEAD_QUEUE = "imgw.dead"
 DEAD_MAX = 10_000
@@ -178,7 +178,7 @@ class AmqpBus:
         opts = self.options
         sub = await conn.channel(publisher_confirms=False)
         await sub.set_qos(prefetch_count=opts.prefetch)
-        push = await sub.declare_exchange(PUSH_EXCHANGE, aio_pika.ExchangeType.DIRECT, durable=True)
+        push = await sub.declare_exchange(BUS_EXCHANGE, aio_pika.ExchangeType.DIRECT, durable=True)
         dlx = await sub.declare_exchange(DEAD_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True)
         dead = await sub.declare_queue(
             DEAD_QUEUE,
@@ -200,9 +200,9 @@ class AmqpBus:
         await queue.consume(self._deliver, no_ack=False)
         # Publishing has its own channel (with confirms, see the module docstring), so a
         # publish burst never queues behind acks and a channel error there spares the
-        # consumer. Its exchange object only names `imgw.push` (declared above).
+        # consumer. Its exchange object only names `imgw.bus` (declared above).
         pub = await conn.channel(publisher_confirms=True, on_return_raises=False)
-        self._push = await pub.get_exchange(PUSH_EXCHANGE, ensure=False)
+        self._push = await pub.get_exchange(BUS_EXCHANGE, ensure=False)
         self._pub_channel = pub
 
     async def _deliver(self, message: AbstractIncomingMessage) -> None:

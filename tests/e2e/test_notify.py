@@ -1,4 +1,4 @@
-"""The notify webhook (--notify-url, gateway/notify.py), on every backend: every committed
+"""The notify webhook (--notify-url, gateway/hooks/notify.py), on every backend: every committed
 message reaches it after the commit, in batches, at least once (failed posts are retried
 in order), with the bearer token; a receiver that is down never holds up a send, and
 the queue is bounded."""
@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from gateway.hooks.notify import NotifyStage
 from gateway.server import Server
 from protocol.frames import ConvOk, GroupCreate, OpenP2P, Send, SendAck
 from protocol.ops import MsgType
@@ -75,8 +76,9 @@ async def test_failed_posts_are_retried_in_order(start_gateway: StartGateway) ->
             assert isinstance(await w.request(Send(0, conv, f"m{i}", 1, b"x")), SendAck)
         got = await receiver.wait_for(5)
         assert [m["seq"] for m in got] == [1, 2, 3, 4, 5]  # in order, each once here
-        assert gw.node is not None and gw.node.notifier is not None
-        assert gw.node.notifier.failures == 2
+        assert gw.node is not None and gw.node.hooks is not None
+        stage = gw.node.hooks.stages[0]
+        assert isinstance(stage, NotifyStage) and stage.post.failures == 2
     finally:
         await receiver.close()
 
@@ -89,7 +91,7 @@ async def test_a_dead_receiver_never_holds_up_a_send(start_gateway: StartGateway
     async with asyncio.timeout(5):
         for i in range(6):
             assert isinstance(await w.request(Send(0, conv, f"m{i}", 1, b"x")), SendAck)
-    notifier = gw.node.notifier if gw.node else None
+    notifier = gw.node.hooks if gw.node else None
     assert notifier is not None and (notifier.deferred, notifier.dropped) == (3, 0)
     await receiver.start()  # back: the queued three, then the three the store kept
     try:

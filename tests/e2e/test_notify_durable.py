@@ -45,7 +45,7 @@ async def test_a_full_queue_defers_to_the_store(start_gateway: StartGateway) -> 
     receiver.status = 503
     try:
         gw = await start_gateway(notify_url=receiver.url, notify_queue_max=5)
-        assert gw.node is not None and gw.node.notifier is not None
+        assert gw.node is not None and gw.node.hooks is not None
         w = await Wire.login(gw.port, 1)
         opened = await w.request(OpenP2P(0, 2))
         assert isinstance(opened, ConvOk)
@@ -54,7 +54,7 @@ async def test_a_full_queue_defers_to_the_store(start_gateway: StartGateway) -> 
             ack = await w.request(Send(0, opened.conv_id, f"q{i}", 1, b"x"))
             assert isinstance(ack, SendAck)
             acked.add(ack.msg_id)
-        notifier = gw.node.notifier
+        notifier = gw.node.hooks
         assert notifier.deferred >= 30 and notifier.dropped == 0
         receiver.status = 200
         got = await receiver.wait_for(len(acked), timeout=20)

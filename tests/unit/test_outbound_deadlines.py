@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from gateway.contentcheck import FAIL_CLOSED, FAIL_OPEN, CheckFailed, WebhookCheck
-from gateway.notify import Notifier
+from gateway.hooks import notify_queue
+from gateway.hooks.contentcheck import FAIL_CLOSED, FAIL_OPEN, CheckFailed, WebhookCheck
+from gateway.hooks.notify import NotifyStage
+from gateway.hooks.queue import Owed
 from storage.errors import ObjectsUnavailable
 from storage.media import objects as media_objects
 from storage.media.keys import media_key
@@ -96,14 +98,15 @@ async def test_a_dribbling_check_hook_fails_within_the_deadline(
 
 async def test_a_dribbling_notify_hook_fails_within_the_deadline(dribbling_hook: str) -> None:
     log = Log()
-    notifier = Notifier(
+    notifier = notify_queue(
         dribbling_hook, node_id="n1", timeout_s=DEADLINE_S, retry_cap_s=60.0, log=log
     )
     notifier.start()
     try:
-        notifier.add(StoredMessage(9, 1, 100, 42, 1, b"hi", 1_700_000_000_000, "m1"))
+        notifier.add(Owed(StoredMessage(9, 1, 100, 42, 1, b"hi", 1_700_000_000_000, "m1")))
         await asyncio.wait_for(log.warned.wait(), DEADLINE_S + 1.0)
-        assert notifier.failures == 1
+        stage = notifier.stages[0]
+        assert isinstance(stage, NotifyStage) and stage.post.failures == 1
         assert notifier.delivered == 0 and notifier.queued == 1  # kept, to be retried
         assert log.warnings[0][0] == "notify webhook failed; retrying"
     finally:

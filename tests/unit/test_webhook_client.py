@@ -1,7 +1,7 @@
-"""The webhooks' HTTP client (gateway/contentcheck.py, gateway/notify.py) against a local
-aiohttp server: the content check keeps one connection alive across batches, sends the
-documented body, and treats a redirect like any other status that is not 200; the
-notifier reuses its connection and sends its bearer token."""
+"""The webhooks' HTTP client (gateway/hooks/contentcheck.py, gateway/hooks/notify.py)
+against a local aiohttp server: the content check keeps one connection alive across
+batches, sends the documented body, and treats a redirect like any other status that is
+not 200; the notifier reuses its connection and sends its bearer token."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.contentcheck import FAIL_CLOSED, CheckFailed, WebhookCheck, check_body
-from gateway.notify import Notifier
+from gateway.hooks import notify_queue
+from gateway.hooks.contentcheck import FAIL_CLOSED, CheckFailed, WebhookCheck, check_body
+from gateway.hooks.queue import Owed
 from protocol.ops import MsgType
 from storage.models import NewMessage, StoredMessage
 from tests.support.waiting import wait_until
@@ -136,11 +137,13 @@ async def test_a_check_that_was_never_used_closes(hook: Hook) -> None:
 
 
 async def test_the_notifier_reuses_its_connection_and_sends_its_token(hook: Hook) -> None:
-    notifier = Notifier(hook.url, node_id="n1", token="s3cret", batch_max=2, log=Log())
+    notifier = notify_queue(hook.url, node_id="n1", token="s3cret", batch_max=2, log=Log())
     notifier.start()
     try:
         for seq in range(1, 7):
-            notifier.add(StoredMessage(9, seq, 100 + seq, 42, 1, b"hi", 1_700_000_000_000, "m"))
+            notifier.add(
+                Owed(StoredMessage(9, seq, 100 + seq, 42, 1, b"hi", 1_700_000_000_000, "m"))
+            )
             await asyncio.sleep(0)
         await wait_until(lambda: notifier.delivered == 6, 10, "6 messages delivered")
     finally:
