@@ -19,6 +19,7 @@ class Receiver:
         self.status = 200
         self.posts: list[dict[str, Any]] = []
         self.auth: list[str] = []
+        self.refused = 0  # posts answered with another status than 200
         self.port = free_port()
         self._server: asyncio.Server | None = None
 
@@ -53,12 +54,25 @@ class Receiver:
                 if status == 200:
                     self.posts.append(json.loads(body))
                     self.auth.append(auth)
+                else:
+                    self.refused += 1
                 writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 0\r\n\r\n".encode())
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+
+    def events(self) -> list[dict[str, Any]]:
+        """The push events posted (`--push-url`), repeats included."""
+        return [e for post in self.posts for e in post.get("events", ())]
+
+    async def wait_for_events(self, ids: set[str], timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Wait until an event of each of `ids` was posted; all the events posted."""
+        await wait_until(
+            lambda: ids <= {e["id"] for e in self.events()}, timeout, f"{len(ids)} push events"
+        )
+        return self.events()
 
     def messages(self) -> list[dict[str, Any]]:
         return [m for post in self.posts for m in post["messages"]]
