@@ -38,7 +38,9 @@ RISKS = {
         "ImgwStoreUnavailable", "ImgwUnavailableAnswers", "ImgwRouteLookupsFailing",
         "ImgwRoutesLost", "ImgwBusLosingPublishes",
     },
-    "backlog age": {"ImgwSendAckSlow", "ImgwNotifyBacklog", "ImgwNotifyDropping"},
+    "backlog age": {
+        "ImgwSendAckSlow", "ImgwNotifyBacklog", "ImgwNotifyDropping", "ImgwPushBacklog",
+    },
     "slow-consumer kicks": {"ImgwSlowConsumerKicks"},
     "open-file headroom": {"ImgwOpenFileHeadroomLow"},
 }  # fmt: skip
@@ -161,6 +163,7 @@ FIRING: list[tuple[str, str, list[dict[str, str]], dict[str, str]]] = [
         {"instance": GW["instance"]},
     ),
     ("ImgwNotifyBacklog", "10m", [series("imgw_notify_oldest_age_seconds", "600x15")], GW),
+    ("ImgwPushBacklog", "10m", [series("imgw_push_oldest_age_seconds", "600x15")], GW),
     ("ImgwNotifyDropping", "3m", [series("imgw_notify_dropped_total", "0 0 5 5")], GW),
     (
         "ImgwSlowConsumerKicks", "15m",
@@ -242,10 +245,11 @@ def test_each_alert_fires_on_a_gateways_series_and_not_on_a_healthy_one(
 async def test_the_rules_metrics_are_on_a_running_gateways_metrics(
     start_gateway: StartGateway,
 ) -> None:
-    """Slow tier: what a running gateway's admin listener serves (with a notify URL, so
-    that the notify webhook's metrics are there)."""
+    """Slow tier: what a running gateway's admin listener serves (with a notify URL and
+    a push URL, so that the hooks' metrics are there)."""
     admin = free_port()
-    await start_gateway(admin_port=admin, notify_url=f"http://127.0.0.1:{free_port()}/")
+    unused = f"http://127.0.0.1:{free_port()}/"
+    await start_gateway(admin_port=admin, notify_url=unused, push_url=unused)
     status, body = await http_get(admin, "/metrics")
     assert status == 200
     used = {name for rule in rules() for name in re.findall(r"\bimgw_\w+", rule["expr"])}

@@ -30,6 +30,10 @@ import yaml
 
 from gateway.cli import build_parser, config_from_args
 from gateway.config import ENV_PREFIX, Config, load
+from gateway.hooks.notify import NotifyStage
+from gateway.hooks.post import JsonPost
+from gateway.hooks.push import PushStage
+from gateway.hooks.queue import HookQueue
 from gateway.metrics import Metrics
 from gateway.supervisor import drain_grace_s
 from tests.conftest import StartGateway
@@ -459,6 +463,9 @@ def test_dashboard_names_are_in_the_registry() -> None:
         SimpleNamespace(published=0, lost=0, unroutable=0, dead_lettered=0, outages=0)
     )  # type: ignore[arg-type]
     metrics.watch_store(SimpleNamespace(recent_hits=0, recent_misses=0, recent_skipped=0))
+    notify = NotifyStage(JsonPost("http://127.0.0.1:9/", what="notify", log=None), node_id="n")
+    push = PushStage([], store=None, routes=None, log=None)  # type: ignore[arg-type]
+    metrics.watch_hooks(HookQueue([notify, push], log=None))
     exported = exposition_names(metrics.render().decode())
     missing = dashboard_metrics() - exported
     assert not missing, f"the dashboard uses metrics that imgw does not export: {missing}"
@@ -477,9 +484,10 @@ async def http_get(port: int, target: str) -> tuple[int, str]:
 async def test_dashboard_names_are_on_a_running_gateways_metrics(
     start_gateway: StartGateway, backend: str
 ) -> None:
-    """Slow tier: what a running gateway's admin listener serves."""
+    """Slow tier: what a running gateway's admin listener serves (with the hooks on)."""
     admin = free_port()
-    await start_gateway(admin_port=admin)
+    unused = f"http://127.0.0.1:{free_port()}/"
+    await start_gateway(admin_port=admin, notify_url=unused, push_url=unused)
     status, body = await http_get(admin, "/metrics")
     assert status == 200
     wanted = dashboard_metrics()
