@@ -387,12 +387,18 @@ class Node:
 
     async def revoke(self, uid: int, device: str | None) -> int:
         """Revoke the tokens of `uid` (one device, or all) minted until now: later logins
-        with them are refused, and the sessions online anywhere are kicked with
-        auth_revoked. The number of sessions kicked."""
+        with them are refused, their push registrations go (a stolen phone is told
+        nothing more), and the sessions online anywhere are kicked with auth_revoked.
+        The number of sessions kicked."""
         cfg = self.config
         await self.routes.revoke(
             uid, device, int(time.time()), cfg.token_max_lifetime + cfg.token_leeway
         )
+        if device is not None:
+            await self.store.push_unregister(uid, device)
+        else:
+            for d in (await self.store.push_devices([uid])).get(uid, ()):
+                await self.store.push_unregister(uid, d.device)
         return await self.kick(uid, device, KickReason.AUTH_REVOKED, "token revoked")
 
     async def kick(self, uid: int, device: str | None, reason: KickReason, text: str) -> int:

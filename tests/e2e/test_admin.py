@@ -24,6 +24,8 @@ from protocol.frames import (
     Pong,
     Pull,
     PullResult,
+    PushRegister,
+    PushRegisterOk,
     Send,
 )
 from protocol.ops import ErrorCode, KickReason
@@ -203,8 +205,13 @@ async def test_revoke_refuses_old_tokens_and_kicks_sessions(start_gateway: Start
     old_a = token(5, "a")  # v1: no minting time
     a = await Wire.login(gw.port, 5, "a", tok=old_a)
     b = await Wire.login(gw.port, 5, "b", tok=v2_token(5, "b", iat=now - 10))
+    for w, push_token in ((a, "token-a"), (b, "token-b")):
+        assert isinstance(await w.request(PushRegister(0, "fcm", push_token)), PushRegisterOk)
     assert (await _revoke(port, "uid=5&device=a"))[0] == 200
     [kick] = await a.closed()
+    store = gw.node.store  # type: ignore[union-attr]
+    # the revoked device is told nothing more; the other keeps its registration
+    assert [d.device for d in (await store.push_devices([5]))[5]] == ["b"]
     assert isinstance(kick, Kick) and kick.reason == KickReason.AUTH_REVOKED
     await b.send(Ping())
     assert isinstance(await b.wait_for(Pong), Pong)  # the other device stays
@@ -219,6 +226,7 @@ async def test_revoke_refuses_old_tokens_and_kicks_sessions(start_gateway: Start
     assert (await _revoke(port, "uid=5"))[0] == 200
     [kick] = await b.closed()
     assert isinstance(kick, Kick) and kick.reason == KickReason.AUTH_REVOKED
+    assert await store.push_devices([5]) == {}
     assert (await http(port, "POST", "/revoke?uid=5"))[0] == 401  # the admin token
     assert (await _revoke(port, "uid=zero"))[0] == 400
     assert (await _revoke(port, "uid=5&device=no%20spaces"))[0] == 400
