@@ -21,13 +21,14 @@ by itself, and a send while it is down fails at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any, Final
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractExchange, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
 from yarl import URL
 
 from gateway.hooks.push import Event
@@ -58,6 +59,7 @@ class AmqpSink:
         self._log = log
         self._throttle = throttle
         self._conn: AbstractRobustConnection | None = None
+        self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
         self.failures = 0  # batches not confirmed
 
@@ -79,6 +81,7 @@ class AmqpSink:
                 raise
             self._conn = conn
         channel = await self._conn.channel(publisher_confirms=True, on_return_raises=True)
+        self._channel = channel
         exchange = await channel.declare_exchange(
             EXCHANGE, aio_pika.ExchangeType.DIRECT, durable=True
         )
@@ -118,7 +121,7 @@ class AmqpSink:
             error = "not confirmed"
         except Exception as e:  # timeouts, nacks, returns, a closed channel alike
             error = repr(e)
-            self._exchange = None  # declare again on a fresh channel next time
+            await self._drop_channel()  # declare again on a fresh channel next time
         self.failures += 1
         if (held := self._throttle("push amqp failed")) is not None:
             self._log.warning(
@@ -127,8 +130,19 @@ class AmqpSink:
             )  # fmt: skip
         return False
 
+    async def _drop_channel(self) -> None:
+        """Close the channel, not just forget it: the robust connection holds on to its
+        channels and reopens each one after a reconnect, so one left open would be
+        another channel on the broker after every outage."""
+        channel, self._channel, self._exchange = self._channel, None, None
+        if channel is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    await channel.close()
+
     async def close(self) -> None:
         if self._conn is not None:
             await self._conn.close()
             self._conn = None
+            self._channel = None
             self._exchange = None
