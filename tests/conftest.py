@@ -1,7 +1,15 @@
+# ruff: noqa: E402 (the bytecode setting below goes before every import)
 """Shared fixtures: gateways in-process (fast, on the test's loop) for the protocol suite;
 the split into a fast and a slow tier (tests/support/tiers.py)."""
 
 from __future__ import annotations
+
+import sys
+
+# Cache the bytecode of the tests (with pytest's rewritten asserts) and of the code they
+# import, even where the environment turns it off (PYTHONDONTWRITEBYTECODE): rewriting
+# and compiling 380 modules again is most of a collection's time.
+sys.dont_write_bytecode = False
 
 import dataclasses
 import subprocess
@@ -24,7 +32,7 @@ from tests.support.services import (
     start_redis_cluster,
     stop_redis_cluster,
 )
-from tests.support.tiers import HOW_TO_FIX, fast_tier_guard, is_slow
+from tests.support.tiers import HOW_TO_FIX, fast_tier_guard, is_slow, select_tier
 from tests.support.wire import TOKEN_KEY, Wire
 
 configure("console", "warning")
@@ -67,6 +75,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             return
         combos = [(b, "tcp") for b in chosen] + [(b, "ws") for b in chosen if b in WS_BACKENDS]
         metafunc.parametrize(("backend", "transport"), combos)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    select_tier(config.getoption("markexpr") or "")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -20,6 +20,7 @@ from tests.protocol.samples import (
     client_frames,
     server_frames,
 )
+from tests.support.tiers import examples
 
 
 def side_for(frame: f.Frame) -> Side:
@@ -111,13 +112,13 @@ def test_encode_does_not_validate_but_overflow_raises() -> None:
         encode(f.Ok(2**64))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(client_frames, min_size=1, max_size=8), st.data())
 def test_random_client_frames_roundtrip(frames: list[f.Frame], data: st.DataObject) -> None:
     _roundtrip(frames, Side.SERVER, data)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(server_frames, min_size=1, max_size=8), st.data())
 def test_random_server_frames_roundtrip(frames: list[f.Frame], data: st.DataObject) -> None:
     _roundtrip(frames, Side.CLIENT, data)

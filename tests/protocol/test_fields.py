@@ -14,6 +14,7 @@ from protocol import parsers
 from protocol.codec import encode, frame_bytes
 from protocol.decoder import FrameDecoder, Side, decode_body
 from protocol.ops import MAX_U64, ErrorCode, Op
+from tests.support.tiers import examples
 
 UNKNOWN = ErrorCode.UNKNOWN_OP
 BAD = ErrorCode.BAD_REQUEST
@@ -345,7 +346,7 @@ def _outcome(parse: Any, body: list[Any]) -> object:
         return ("error", str(exc))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.sampled_from(_HOT), st.lists(_value, max_size=10))
 def test_hot_parsers_agree_with_generic(hot: Any, values: list[Any]) -> None:
     op, fast, generic, _ = hot
@@ -353,13 +354,13 @@ def test_hot_parsers_agree_with_generic(hot: Any, values: list[Any]) -> None:
     assert _outcome(fast, body) == _outcome(generic, body)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.lists(_value, min_size=6, max_size=8), max_size=4))
 def test_msg_records_agree_with_generic(records: list[list[Any]]) -> None:
     assert _outcome(parsers.msg_records, records) == _outcome(parsers._msg_records_checked, records)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.sampled_from(_HOT),
     st.data(),

@@ -21,6 +21,7 @@ from protocol.decoder import FrameDecoder, Side
 from protocol.errors import FrameError
 from protocol.ops import MAX_U64, ErrorCode, Op
 from tests.protocol.samples import SAMPLES
+from tests.support.tiers import examples
 
 FRAME_ERRORS = {ErrorCode.BAD_FRAME, ErrorCode.FRAME_TOO_LARGE}
 INVALID_CODES = {ErrorCode.UNKNOWN_OP, ErrorCode.BAD_REQUEST}
@@ -65,7 +66,7 @@ sides = st.sampled_from([Side.SERVER, Side.CLIENT])
 max_frames = st.sampled_from([1, 16, 300, 65_536])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.binary(max_size=600), st.lists(st.integers(0, 10_000), max_size=8), sides, max_frames)
 def test_arbitrary_bytes(data: bytes, cuts: list[int], side: Side, max_frame: int) -> None:
     whole = run([data], side, max_frame)
@@ -74,7 +75,7 @@ def test_arbitrary_bytes(data: bytes, cuts: list[int], side: Side, max_frame: in
     assert run([data[i : i + 1] for i in range(len(data))], side, max_frame) == whole
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     st.lists(st.binary(max_size=60), max_size=6), st.lists(st.integers(0, 500), max_size=6), sides
 )
@@ -106,7 +107,7 @@ _values = st.recursive(
 _ops = st.one_of(st.sampled_from([op.value for op in Op]), st.integers(-3, 200), st.just(MAX_U64))
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_values, sides)
 def test_arbitrary_msgpack_values(value: Any, side: Side) -> None:
     out, error = run([frame_bytes(msgpack.packb(value, use_bin_type=True))], side, 1 << 20)
@@ -115,7 +116,7 @@ def test_arbitrary_msgpack_values(value: Any, side: Side) -> None:
     assert (error is None) == bool(is_frame)
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_ops, st.lists(_values, max_size=9), sides)
 def test_arbitrary_op_bodies(op: int, values: list[Any], side: Side) -> None:
     out, error = run([frame_bytes(msgpack.packb([op, *values], use_bin_type=True))], side, 1 << 20)
@@ -140,7 +141,7 @@ def _replace(body: Any, path: list[int], value: Any) -> Any:
     return copy
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(SAMPLES),
     st.lists(st.integers(0, 50), min_size=1, max_size=4),

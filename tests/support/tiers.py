@@ -1,10 +1,11 @@
 """The fast tier and the slow tier.
 
-`pytest -m "not slow"` is the fast tier: tests that need no MariaDB, Redis or RabbitMQ and
-start no gateway, so it runs in seconds on every change. Everything else is marked `slow`
-at collection by `is_slow` (tests/conftest.py calls it), never by hand, so a new test in a
-service directory, or one that asks for a service or gateway fixture, is slow without
-anyone remembering to say so.
+`pytest -m "not slow"` is the fast tier: tests that need no MariaDB, Redis or RabbitMQ,
+start no gateway and run no archive end to end, so it runs in seconds on every change.
+Everything else is marked `slow` at collection by `is_slow` (tests/conftest.py calls it),
+never by hand, so a new test in a service directory, or one that asks for a service or
+gateway fixture, is slow without anyone remembering to say so. In the fast tier,
+property tests try a share of their examples (`examples`).
 
 While a fast-tier test sets up and runs, `fast_tier_guard` refuses connections to the
 service ports and reports any process the test left running, so a test that slips past
@@ -27,10 +28,9 @@ TESTS = Path(__file__).resolve().parent.parent
 # Directories and files (relative to tests/) whose every test is a service or process test.
 SLOW_PATHS = (
     "amqp/",  # RabbitMQ
-    "archive/test_archive_mysql.py",  # MariaDB and Redis
-    "archive/test_archive_kill.py",  # `imgw archive run` subprocesses, killed
-    "archive/test_retention_mysql.py",  # MariaDB and Redis
-    "archive/test_retention_kill.py",  # `imgw archive run --retention`, killed
+    # archive runs end to end: stores filled with history, moved to file:// and s3://
+    # tiers at their paced rate, `imgw archive run` subprocesses, MariaDB and Redis
+    "archive/",
     "cluster/",  # gateway processes on MariaDB + Redis + RabbitMQ
     "e2e/",  # gateways on real sockets: in-process on every backend, or processes
     "faults/",  # MariaDB and Redis through fault-injecting proxies
@@ -43,10 +43,12 @@ SLOW_PATHS = (
 )
 
 # Fixtures (module.function) that connect to a service or start a gateway (in-process or
-# as a process): a test that uses one, directly or through another fixture, is slow.
+# as a process), or a local S3 server: a test that uses one, directly or through another
+# fixture, is slow.
 SLOW_FIXTURES = frozenset(
     {
         "tests.conftest.start_gateway",
+        "tests.archive.test_archive_embedded.moto_server",
         "tests.conftest.redis_cluster",
         "tests.test_client.gateway",
         "tests.test_query_plans.mysql_store",
@@ -77,6 +79,23 @@ SERVICE_PORTS = {
     5672: "RabbitMQ",
     **{p: "Redis Cluster" for p in (7101, 7102, 7103)},
 }
+
+
+# Property tests run this share of their examples in the fast tier, and all of them in a
+# run that includes the slow tier (CI's): the fast tier samples, the full run searches.
+FAST_EXAMPLES_SHARE = 0.1
+_fast_tier = False
+
+
+def select_tier(markexpr: str) -> None:
+    """Called at configuration with `-m`'s expression: "not slow" is the fast tier."""
+    global _fast_tier
+    _fast_tier = markexpr.replace(" ", "") == "notslow"
+
+
+def examples(n: int) -> int:
+    """A property test's `max_examples`: `n`, or a share of it in the fast tier."""
+    return max(25, int(n * FAST_EXAMPLES_SHARE)) if _fast_tier else n
 
 
 def _fixture_names(item: pytest.Item) -> set[str]:

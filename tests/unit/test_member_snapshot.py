@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage.redis.cache import MemberSnapshot, decode_members, encode_members
+from tests.support.tiers import examples
 
 U64 = st.integers(min_value=1, max_value=2**64 - 1)
 SEQ = st.integers(min_value=1, max_value=2**53)
@@ -26,7 +27,7 @@ def snapshots(draw: st.DrawFn) -> MemberSnapshot:
     return MemberSnapshot(draw(st.integers(0, 2**63)), draw(SEQ), rows, list(order))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(snapshots())
 def test_a_snapshot_reads_back_exactly(snap: MemberSnapshot) -> None:
     back = decode_members(snap.conv_id, snap.version, encode_members(snap))
