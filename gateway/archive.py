@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 from gateway.config import ConfigError, load
 
 if TYPE_CHECKING:
-    from storage.archive.index import ArchiveIndex
+    from storage.archive.index_sqlite import ArchiveIndex
     from storage.redis.recent import RecentCache
 
 _UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _open_index(store_url: str) -> ArchiveIndex:
-    from storage.archive.index import SqliteIndex
+    from storage.archive.index_sqlite import SqliteIndex
     from storage.factory import sqlite_path
 
     now_ms = lambda: int(time.time() * 1000)  # noqa: E731
@@ -97,7 +97,7 @@ def _open_index(store_url: str) -> ArchiveIndex:
         busy = int(opts.get("busy_timeout_ms", "5000"))
         return SqliteIndex(path, clock=now_ms, busy_timeout_ms=busy)
     if store_url.startswith("mysql://"):
-        from storage.archive.mysqlindex import MySQLIndex
+        from storage.archive.index_mysql import MySQLIndex
         from storage.mysql import MySQLSettings
 
         return MySQLIndex(MySQLSettings.from_url(store_url), clock=now_ms)

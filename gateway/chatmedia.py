@@ -17,8 +17,8 @@ from yarl import URL
 
 from gateway.client import Client
 from protocol.frames import SendAck
+from protocol.mediakeys import key_of_content, media_content
 from protocol.ops import MsgType
-from storage.media.keys import key_of_content, media_content
 
 UPLOAD_TIMEOUT_S: Final = 300.0
 

@@ -58,7 +58,7 @@ async def _prune_mysql(url: str, batch: int, pause: float, duty: float) -> tuple
 
 
 def _prune_sqlite(path: str, batch: int, pause: float) -> tuple[int, int, int]:
-    from storage.archive.index import SENT_KEEP_MS
+    from storage.archive.index_sqlite import SENT_KEEP_MS
 
     conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=5.0)
     try:

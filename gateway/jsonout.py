@@ -10,8 +10,8 @@ from typing import Any, Final
 
 import msgpack
 
+from protocol.mediakeys import key_of_content
 from protocol.ops import MEDIA_MSG_TYPES, MsgType, is_client_msg_type
-from storage.media.keys import key_of_content
 
 JSON_SAFE_MAX: Final = (1 << 53) - 1  # larger integers go out as decimal strings
 
@@ -60,7 +60,7 @@ def message_json(
 
 
 def media_json(content: bytes) -> dict[str, Any] | None:
-    """The media reference of a media message's content (storage/media/keys.py: a
+    """The media reference of a media message's content (protocol/mediakeys.py: a
     msgpack map with a str "key"), as JSON; None when the content carries none."""
     if key_of_content(content) is None:
         return None

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Final
 from urllib.parse import urlsplit
 
+from protocol.mediakeys import SHA256_RE, media_key, parse_key, type_allowed
 from protocol.ops import ErrorCode
-from storage.media.index import CLAIMED_MS, MediaIndex, SqliteMediaIndex
-from storage.media.keys import SHA256_RE, media_key, parse_key, type_allowed
+from storage.media.index_sqlite import CLAIMED_MS, MediaIndex, SqliteMediaIndex
 from storage.media.objects import MediaObjects, open_objects
 from storage.media.sweep import sweep_orphans
 
@@ -80,7 +80,7 @@ def open_index(store_url: str) -> MediaIndex:
 
         path, opts = sqlite_path(store_url)
         return SqliteMediaIndex(path, busy_timeout_ms=int(opts.get("busy_timeout_ms", "5000")))
-    from storage.media.mysqlindex import MySQLMediaIndex
+    from storage.media.index_mysql import MySQLMediaIndex
     from storage.mysql import MySQLSettings
 
     return MySQLMediaIndex(MySQLSettings.from_url(store_url))

@@ -237,7 +237,7 @@ def _preload() -> None:
     import importlib
 
     for name in ("gateway.server", "storage.mysql", "storage.redis", "storage.amqp",
-                 "storage.production", "gateway.handlers"):  # fmt: skip
+                 "storage.mysql_redis", "gateway.handlers"):  # fmt: skip
         importlib.import_module(name)
 
 

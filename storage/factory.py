@@ -66,7 +66,7 @@ def import_backends(store_url: str, cache_url: str, bus_url: str) -> None:
         import storage.redis.recent
     if urlsplit(store_url).scheme == "mysql":
         import storage.mysql
-        import storage.production
+        import storage.mysql_redis
     if urlsplit(bus_url).scheme in ("amqp", "amqps"):
         import storage.amqp  # noqa: F401
 
@@ -107,13 +107,13 @@ def open_backends(
         store: ChatStore = embedded
     elif store_scheme == "mysql":
         from storage.mysql import MySQLSettings, MySQLStore
-        from storage.production import ProductionStore
+        from storage.mysql_redis import MySQLRedisStore
 
         try:
             mysql = MySQLStore(MySQLSettings.from_url(store_url), ids=ids)
         except ValueError as e:
             raise BackendError(str(e)) from e
-        store = mysql if cache is None else ProductionStore(mysql, cache, recent)
+        store = mysql if cache is None else MySQLRedisStore(mysql, cache, recent)
         revocations = mysql.revocations
     else:
         raise BackendError(

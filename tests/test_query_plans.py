@@ -57,16 +57,16 @@ import asyncmy.connection
 import pytest
 
 from gateway.config import Config
+from protocol.mediakeys import media_key
 from protocol.ops import ConvKind, MsgType
-from storage.archive.index import SqliteIndex
-from storage.archive.mysqlindex import MySQLIndex
+from storage.archive.index_mysql import MySQLIndex
+from storage.archive.index_sqlite import SqliteIndex
 from storage.embedded import EmbeddedStore
 from storage.embedded import schema as sqlite_schema
 from storage.embedded.revocations import SqliteRevocationLog
 from storage.hooks import HOOK_BACKLOG_CAP
-from storage.media.index import SqliteMediaIndex
-from storage.media.keys import media_key
-from storage.media.mysqlindex import MySQLMediaIndex
+from storage.media.index_mysql import MySQLMediaIndex
+from storage.media.index_sqlite import SqliteMediaIndex
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import message_table

@@ -258,7 +258,7 @@ async def _history(args: argparse.Namespace, url: str, workdir: Path) -> dict[st
     import random
 
     from bench.preload import Volume
-    from storage.archive.mysqlindex import MySQLIndex
+    from storage.archive.index_mysql import MySQLIndex
     from storage.archive.run import archive_run
     from storage.mysql import MySQLSettings, MySQLStore
 

@@ -25,6 +25,7 @@ from protocol.frames import (
     Send,
     SendAck,
 )
+from protocol.mediakeys import key_of_content
 from protocol.ops import (
     CAP_CONTENT_DENIED,
     CAP_OUTCOME_UNKNOWN,
@@ -34,7 +35,6 @@ from protocol.ops import (
     is_client_msg_type,
 )
 from storage.errors import BackendUnavailable, StoreOutcomeUnknown
-from storage.media.keys import key_of_content
 from storage.models import (
     AppendFailed,
     AppendResult,

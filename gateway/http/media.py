@@ -45,7 +45,7 @@ from aiohttp import web
 
 from gateway.http.listener import HttpError, HttpListener, Limits
 from gateway.logs import Throttle
-from storage.media.keys import parse_key
+from protocol.mediakeys import parse_key
 from storage.media.objects import FileObjects
 from storage.media.signing import Grant, SignatureError, verify
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from storage.archive.index import ArchivedMessage, ArchiveFile
+from storage.archive.index_sqlite import ArchivedMessage, ArchiveFile
 from storage.models import StoredMessage
 
 SCHEMA: Final = pa.schema(

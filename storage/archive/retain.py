@@ -4,7 +4,7 @@ retention cutoff are deleted from every tier, conversation by conversation.
 A conversation's seqs past retention are always a prefix: seqs 1..n, oldest first (the
 rule the archiver follows too: the consecutive seqs sent at or before the cutoff). So
 retention only ever moves one number per conversation up, the top of its expired range,
-which the archive index keeps as a row without a file (storage/archive/index.py).
+which the archive index keeps as a row without a file (storage/archive/index_sqlite.py).
 Per conversation:
 
 1. Archive files, lowest first. A file whose rows are all past retention: its index row
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from storage.archive import objects
-from storage.archive.index import (
+from storage.archive.index_sqlite import (
     ArchivedMessage,
     ArchiveFile,
     ArchiveIndex,

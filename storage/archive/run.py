@@ -4,7 +4,7 @@ Conversation by conversation (ascending conv_id), oldest seqs first, in batches 
 most BATCH_MAX rows: read the next hot rows above the archived top, keep the prefix sent
 at or before the cutoff, wait for the rate limit, write the batch's Parquet file, read it back
 and check it, then commit the index row and the delete of the hot rows in one
-transaction (storage/archive/index.py says why a crash anywhere loses and duplicates
+transaction (storage/archive/index_sqlite.py says why a crash anywhere loses and duplicates
 nothing). A batch that fails keeps its hot rows; the run goes on with the next
 conversation, reports the failure, and the next run retries it.
 
@@ -24,7 +24,7 @@ from typing import Final
 import structlog
 
 from storage.archive import objects
-from storage.archive.index import ArchiveIndex, run_blocking
+from storage.archive.index_sqlite import ArchiveIndex, run_blocking
 from storage.archive.retain import Expired, Forgets, expire_conversation
 from storage.errors import StoreUnavailable
 

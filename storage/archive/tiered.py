@@ -1,7 +1,7 @@
 """HISTORY and PULL across the boundary between the hot store and the archive.
 
 The stores read the hot rows first, as always. Seqs are gapless from 1 and a
-conversation's archive is the run of seqs 1..top (storage/archive/index.py), so a hot
+conversation's archive is the run of seqs 1..top (storage/archive/index_sqlite.py), so a hot
 page that starts at the lowest seq the reader may see (or that is full) needs nothing
 more: only a page that comes up short below its first hot seq (or finds no hot rows at
 all) asks the archive index for the files of the missing seqs, one primary-key range
@@ -29,7 +29,7 @@ from typing import Final
 
 import structlog
 
-from storage.archive.index import ArchiveFile, run_blocking
+from storage.archive.index_sqlite import ArchiveFile, run_blocking
 from storage.errors import StoreUnavailable
 from storage.models import StoredMessage
 

@@ -62,7 +62,7 @@ CREATE TABLE IF NOT EXISTS im_delivered (
     updated_ms INTEGER NOT NULL,
     PRIMARY KEY (uid, device, conv_id)
 ) WITHOUT ROWID;
--- The archive index (storage/archive/index.py): one row per archived batch of a
+-- The archive index (storage/archive/index_sqlite.py): one row per archived batch of a
 -- conversation, seqs seq_lo..seq_hi in file_key under the archive URL root.
 CREATE TABLE IF NOT EXISTS im_archive (
     conv_id    INTEGER NOT NULL,
@@ -105,7 +105,7 @@ CREATE TABLE IF NOT EXISTS im_meta (
     name  TEXT NOT NULL PRIMARY KEY,
     value TEXT NOT NULL
 ) WITHOUT ROWID;
--- Media by object key (storage/media/index.py): uploads whose URL was handed out, and
+-- Media by object key (storage/media/index_sqlite.py): uploads whose URL was handed out, and
 -- the conversations holding a message that carries the key. Keys only, never URLs.
 CREATE TABLE IF NOT EXISTS im_media_upload (
     media_key    TEXT NOT NULL PRIMARY KEY,

@@ -22,7 +22,7 @@ import msgpack
 
 from protocol.ops import ConvKind, MsgType
 from storage.archive import tiered
-from storage.archive.index import (
+from storage.archive.index_sqlite import (
     FILES_SQL,
     SENT_KEEP_MS,
     SENT_SQL,

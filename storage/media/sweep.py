@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from storage.media.index import CLAIMED_MS, MediaIndex
+from storage.media.index_sqlite import CLAIMED_MS, MediaIndex
 from storage.media.objects import MediaObjects
 
 SWEEP_BATCH: Final = 200  # uploads per batch

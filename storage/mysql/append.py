@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from storage.archive.index import SENT_SQL
+from storage.archive.index_sqlite import SENT_SQL
 from storage.errors import StoreOutcomeUnknown, StoreUnavailable
 from storage.models import AppendResult, NewMessage, StoredMessage
 from storage.mysql import sql

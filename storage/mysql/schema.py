@@ -128,7 +128,7 @@ _TABLES: Final = [
         conn_floor BIGINT UNSIGNED NOT NULL DEFAULT 0,
         KEY k_expires (expires_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
-    # The archive index (storage/archive/index.py): one row per archived batch of a
+    # The archive index (storage/archive/index_sqlite.py): one row per archived batch of a
     # conversation, seqs seq_lo..seq_hi in file_key under the archive URL root.
     """CREATE TABLE IF NOT EXISTS im_archive (
         conv_id    BIGINT UNSIGNED NOT NULL,
@@ -155,7 +155,7 @@ _TABLES: Final = [
         PRIMARY KEY (sender_uid, client_msg_id),
         KEY k_send_ms (send_ms)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
-    # What unread counts need of each archived batch (storage/archive/index.py): per file
+    # What unread counts need of each archived batch (storage/archive/index_sqlite.py): per file
     # (by its seq_hi) and sender, the n seqs first_seq..last_seq of the messages that
     # count (seqs: storage/rules.py). Beside the conversation's messages, as im_archive.
     """CREATE TABLE IF NOT EXISTS im_archive_unread (
@@ -169,7 +169,7 @@ _TABLES: Final = [
         PRIMARY KEY (conv_id, seq_hi, sender_uid)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     MAP_DDL,
-    # Media by object key (storage/media/index.py): uploads whose URL was handed out, and
+    # Media by object key (storage/media/index_sqlite.py): uploads whose URL was handed out, and
     # the conversations holding a message that carries the key. Keys only, never URLs.
     """CREATE TABLE IF NOT EXISTS im_media_upload (
         media_key    VARCHAR(96) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
@@ -257,7 +257,7 @@ _MESSAGE_TABLE: Final = """CREATE TABLE IF NOT EXISTS {name} (
 # Columns added after the first release: (table, column, definition). `imgw db migrate`
 # adds the ones missing (checked in information_schema: MySQL has no ADD COLUMN IF NOT
 # EXISTS). recalled_seq: the highest recalled seq of the conversation; the Redis recent
-# cache never answers a page reaching down to it (storage/production.py).
+# cache never answers a page reaching down to it (storage/mysql_redis.py).
 UPGRADES: Final = [
     ("im_conv_seq", "recalled_seq", "BIGINT UNSIGNED NOT NULL DEFAULT 0"),
     ("im_node_lease", "conn_floor", "BIGINT UNSIGNED NOT NULL DEFAULT 0"),

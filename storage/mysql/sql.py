@@ -195,7 +195,7 @@ def unread_counts(table: str, uid: int, ranges: Sequence[tuple[int, int, int]]) 
 
 
 def archived_unread_runs(uid: int, ranges: Sequence[tuple[int, int, int]]) -> str:
-    """The archived batches' unread runs (im_archive_unread, storage/archive/index.py)
+    """The archived batches' unread runs (im_archive_unread, storage/archive/index_sqlite.py)
     of senders other than `uid` reaching into the (conv_id, read_seq, max_seq] ranges;
     rows: conv_id, n, first_seq, last_seq, seqs (for `storage.rules.count_in_runs`).
     Range scans of the (conv_id, seq_hi) primary key, from the reader's position up

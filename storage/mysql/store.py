@@ -44,7 +44,7 @@ from asyncmy import errors as db_errors
 
 from protocol.ops import ConvKind, MsgType
 from storage.archive import tiered
-from storage.archive.index import FILES_SQL, ArchiveFile, indexed_files
+from storage.archive.index_sqlite import FILES_SQL, ArchiveFile, indexed_files
 from storage.errors import StoreUnavailable
 from storage.hooks import (
     ADOPT_ROWS_PER_QUERY,

@@ -17,7 +17,7 @@ finds the seqs it asked for found all of them, in order, each exactly as committ
 
 What the cache cannot know is whether a newer message was committed but never cached
 (its write failed); readers check that against MySQL's committed max seq (see
-`ProductionStore.read_after`). A recall rewrites a committed message, so before it
+`MySQLRedisStore.read_after`). A recall rewrites a committed message, so before it
 commits, `forget_upto(conv, seq)` removes every cached seq up to the recalled one and
 raises the conversation's floor to it: a write of the original still on its way (cache
 writes run beside the acks, so one can land after the recall's) is refused by the floor

@@ -16,7 +16,7 @@ import pytest
 from gateway import archive as archive_cli
 from protocol.ops import MsgType
 from storage.archive import objects
-from storage.archive.index import SqliteIndex
+from storage.archive.index_sqlite import SqliteIndex
 from storage.archive.run import BATCH_MAX, archive_run, batch_size
 from storage.embedded import EmbeddedStore
 from storage.embedded.schema import SCHEMA_VERSION

@@ -14,12 +14,12 @@ import pytest
 from gateway import archive as archive_cli
 from protocol.ops import MsgType
 from storage.archive import objects
-from storage.archive.mysqlindex import MySQLIndex
+from storage.archive.index_mysql import MySQLIndex
 from storage.archive.run import archive_run
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore
 from storage.mysql.schema import SCHEMA_VERSION
-from storage.production import ProductionStore
+from storage.mysql_redis import MySQLRedisStore
 from storage.redis import RedisCache, redis_from_url
 from storage.redis.recent import RecentCache
 from tests.archive.common import (
@@ -84,7 +84,7 @@ async def test_mysql_archive_and_pages_across(mysql_url: str, tmp_path: Path) ->
     await store.start()
     redis_url = fresh_redis_url()
     client, prefix = redis_from_url(redis_url)
-    prod = ProductionStore(
+    prod = MySQLRedisStore(
         MySQLStore(MySQLSettings.from_url(mysql_url), clock=clock),
         RedisCache(client, prefix=prefix),
         RecentCache(client, prefix=prefix),

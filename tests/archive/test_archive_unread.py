@@ -15,8 +15,8 @@ import pytest
 
 from protocol.ops import MsgType
 from storage.archive import run as archive_module
-from storage.archive.index import ArchiveIndex, SqliteIndex
-from storage.archive.mysqlindex import MySQLIndex
+from storage.archive.index_mysql import MySQLIndex
+from storage.archive.index_sqlite import ArchiveIndex, SqliteIndex
 from storage.archive.run import archive_run
 from storage.embedded import EmbeddedStore
 from storage.models import NewMessage, StoredMessage

@@ -13,7 +13,7 @@ import pytest
 
 from gateway import archive as archive_cli
 from storage.archive import objects
-from storage.archive.index import SqliteIndex
+from storage.archive.index_sqlite import SqliteIndex
 from storage.archive.run import archive_run
 from storage.embedded import EmbeddedStore
 from storage.models import StoredMessage

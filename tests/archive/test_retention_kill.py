@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from protocol.ops import MsgType
-from storage.archive.index import SqliteIndex
-from storage.archive.mysqlindex import MySQLIndex
+from storage.archive.index_mysql import MySQLIndex
+from storage.archive.index_sqlite import SqliteIndex
 from storage.archive.run import archive_run
 from storage.embedded import EmbeddedStore
 from storage.models import NewMessage

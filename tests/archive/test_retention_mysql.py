@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from storage.archive.mysqlindex import MySQLIndex
+from storage.archive.index_mysql import MySQLIndex
 from storage.archive.run import archive_run
 from storage.mysql import MySQLSettings, MySQLStore
-from storage.production import ProductionStore
+from storage.mysql_redis import MySQLRedisStore
 from storage.redis import RedisCache, redis_from_url
 from storage.redis.recent import RecentCache
 from tests.archive.common import DAY, T0, Clock, History, all_pages, fill, mysql_tables
@@ -40,7 +40,7 @@ async def _retention(url: str, to: str) -> None:
     store = MySQLStore(MySQLSettings.from_url(url), clock=clock)
     client, prefix = redis_from_url(fresh_redis_url())
     recent = RecentCache(client, prefix=prefix)
-    prod = ProductionStore(
+    prod = MySQLRedisStore(
         MySQLStore(MySQLSettings.from_url(url), clock=clock),
         RedisCache(client, prefix=prefix),
         recent,

@@ -24,8 +24,8 @@ from protocol.frames import (
     Sync,
     SyncResult,
 )
+from protocol.mediakeys import media_content
 from protocol.ops import MsgType
-from storage.media.keys import media_content
 from tests.conftest import StartGateway
 from tests.support.api import TOKEN, Api
 from tests.support.proc import free_port

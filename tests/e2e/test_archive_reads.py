@@ -23,8 +23,8 @@ from protocol.frames import (
     RecallOk,
 )
 from protocol.ops import ErrorCode
-from storage.archive.index import ArchiveIndex, SqliteIndex
-from storage.archive.mysqlindex import MySQLIndex
+from storage.archive.index_mysql import MySQLIndex
+from storage.archive.index_sqlite import ArchiveIndex, SqliteIndex
 from storage.archive.run import archive_run
 from storage.factory import sqlite_path
 from storage.mysql import MySQLSettings

@@ -13,8 +13,8 @@ import pytest
 from gateway.hooks.notify import NotifyStage
 from gateway.server import Server
 from protocol.frames import ConvOk, GroupCreate, OpenP2P, Send, SendAck
+from protocol.mediakeys import media_content
 from protocol.ops import MsgType
-from storage.media.keys import media_content
 from tests.conftest import StartGateway
 from tests.support.webhook import Receiver
 from tests.support.wire import Wire

@@ -11,11 +11,11 @@ from urllib.parse import urlsplit
 import pytest
 
 from protocol.ops import MsgType
-from storage import production
+from storage import mysql_redis
 from storage.factory import open_backends
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLStore
-from storage.production import ProductionStore
+from storage.mysql_redis import MySQLRedisStore
 from storage.redis import RedisCache, redis_from_url
 from storage.redis.recent import RecentCache
 from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
@@ -32,14 +32,14 @@ async def redis_proxy() -> AsyncIterator[TcpProxy]:
 
 
 @pytest.fixture
-async def store(redis_proxy: TcpProxy) -> AsyncIterator[ProductionStore]:
+async def store(redis_proxy: TcpProxy) -> AsyncIterator[MySQLRedisStore]:
     mysql_url = await fresh_mysql()
     redis_url = fresh_redis_url()
     parts = urlsplit(redis_url)
     proxied = parts._replace(netloc=f"127.0.0.1:{redis_proxy.port}").geturl()
     backends = open_backends(mysql_url, proxied, "local://")
     s = backends.store
-    assert isinstance(s, ProductionStore) and s.recent is not None
+    assert isinstance(s, MySQLRedisStore) and s.recent is not None
     # Every message written at commit, p2p included (the default caches p2p pages when
     # read: test_p2p_pages_are_cached_when_read), so that these tests control the cache.
     s.write_through_members = 1
@@ -54,7 +54,7 @@ async def store(redis_proxy: TcpProxy) -> AsyncIterator[ProductionStore]:
         await drop_redis(redis_url)
 
 
-async def send(store: ProductionStore, conv: int, sender: int, n: int, tag: str) -> None:
+async def send(store: MySQLRedisStore, conv: int, sender: int, n: int, tag: str) -> None:
     results = await store.append(
         [
             NewMessage(conv, sender, f"{tag}-{i}", MsgType.TEXT, f"{tag} {i}".encode())
@@ -65,7 +65,7 @@ async def send(store: ProductionStore, conv: int, sender: int, n: int, tag: str)
     await store.cache_settled()  # the cache write runs after the commit, not awaited
 
 
-async def same_pages(store: ProductionStore, conv: int, top: int) -> None:
+async def same_pages(store: MySQLRedisStore, conv: int, top: int) -> None:
     """Every page shape, from the store (cache first) and from MySQL alone."""
     for start, limit, min_seq, max_seq in product(
         range(0, top + 3, 4), (1, 5, 50), (0, 7), (None, top - 6)
@@ -78,7 +78,7 @@ async def same_pages(store: ProductionStore, conv: int, top: int) -> None:
         assert got == want, ("before", start, limit, min_seq, max_seq)
 
 
-async def test_pages_from_the_cache_are_mysqls(store: ProductionStore) -> None:
+async def test_pages_from_the_cache_are_mysqls(store: MySQLRedisStore) -> None:
     conv, _ = await store.create_group(1, "g", [2, 3])
     await send(store, conv, 1, 10, "a")
     await store.change_members(conv, 1, [4], [])  # a system message, cached too
@@ -89,7 +89,7 @@ async def test_pages_from_the_cache_are_mysqls(store: ProductionStore) -> None:
     assert store.recent_hits > 100  # the cache answered (the seqs are all in it)
 
 
-async def test_a_lost_cache_write_never_hides_a_message(store: ProductionStore) -> None:
+async def test_a_lost_cache_write_never_hides_a_message(store: MySQLRedisStore) -> None:
     conv = await store.open_p2p(1, 2)
     await send(store, conv, 1, 5, "cached")
     # committed but never cached, as when the cache write after a commit failed
@@ -107,7 +107,7 @@ async def test_a_lost_cache_write_never_hides_a_message(store: ProductionStore) 
     await same_pages(store, conv, 10)
 
 
-async def test_recalled_content_is_never_read_from_the_cache(store: ProductionStore) -> None:
+async def test_recalled_content_is_never_read_from_the_cache(store: MySQLRedisStore) -> None:
     conv = await store.open_p2p(1, 2)
     await send(store, conv, 1, 3, "m")
     page, _ = await store.read_after(conv, 0, 10, min_seq=0, max_seq=None)
@@ -120,7 +120,7 @@ async def test_recalled_content_is_never_read_from_the_cache(store: ProductionSt
     assert (page[0].msg_type, page[0].content) == (MsgType.RECALL, b"")
 
 
-async def test_a_cache_write_landing_after_the_recall(store: ProductionStore) -> None:
+async def test_a_cache_write_landing_after_the_recall(store: MySQLRedisStore) -> None:
     """Cache writes run beside the acks, so the write of a message can reach Redis after
     a recall of it (sent by a client that had its ack): the recalled content is still
     never served."""
@@ -138,7 +138,7 @@ async def test_a_cache_write_landing_after_the_recall(store: ProductionStore) ->
 
 
 async def test_redis_cut_from_the_recalling_node_only(
-    store: ProductionStore, redis_proxy: TcpProxy
+    store: MySQLRedisStore, redis_proxy: TcpProxy
 ) -> None:
     """Node A (the fixture's store, its Redis behind a proxy) recalls while cut off
     from Redis, so the original stays cached; node B, on a healthy link, still never
@@ -148,7 +148,7 @@ async def test_redis_cut_from_the_recalling_node_only(
     assert store.recent is not None
     direct, _ = redis_from_url("redis://127.0.0.1:6379/0")  # not through the proxy
     prefix = store.recent.prefix
-    node_b = ProductionStore(
+    node_b = MySQLRedisStore(
         MySQLStore(store.mysql.settings),
         RedisCache(direct, prefix=prefix),
         RecentCache(direct, prefix=prefix),
@@ -173,7 +173,7 @@ async def test_redis_cut_from_the_recalling_node_only(
         await direct.aclose()
 
 
-async def test_refused_recalls_leave_the_cache_alone(store: ProductionStore) -> None:
+async def test_refused_recalls_leave_the_cache_alone(store: MySQLRedisStore) -> None:
     """Any member may send RECALL for any seq; refused ones (no such message, not the
     sender) must not stop the conversation being served from the cache."""
     conv = await store.open_p2p(1, 2)
@@ -189,12 +189,12 @@ async def test_refused_recalls_leave_the_cache_alone(store: ProductionStore) -> 
     assert store.recent_hits == hits + 1
 
 
-async def test_p2p_pages_are_cached_when_read(store: ProductionStore) -> None:
+async def test_p2p_pages_are_cached_when_read(store: MySQLRedisStore) -> None:
     """By default a p2p message is not written to Redis at commit (it is PUSHed to the
     one peer and rarely read again); a page of them read from MySQL is cached, so the
     next reader of it is answered by Redis, and a recall still never serves the
     original."""
-    store.write_through_members = production.WRITE_THROUGH_MEMBERS
+    store.write_through_members = mysql_redis.WRITE_THROUGH_MEMBERS
     assert store.recent is not None
     conv = await store.open_p2p(1, 2)
     await send(store, conv, 1, 5, "m")
@@ -218,8 +218,8 @@ async def test_p2p_pages_are_cached_when_read(store: ProductionStore) -> None:
     assert (page[0].msg_type, page[0].content) == (MsgType.RECALL, b"")
 
 
-async def test_groups_are_cached_at_commit(store: ProductionStore) -> None:
-    store.write_through_members = production.WRITE_THROUGH_MEMBERS
+async def test_groups_are_cached_at_commit(store: MySQLRedisStore) -> None:
+    store.write_through_members = mysql_redis.WRITE_THROUGH_MEMBERS
     assert store.recent is not None
     conv, _ = await store.create_group(1, "g", [2, 3])
     await send(store, conv, 2, 3, "m")

@@ -35,7 +35,7 @@ STORES = ("embedded", "mysql", "sharded", "production")
 
 @dataclass
 class Store:
-    store: Any  # EmbeddedStore | MySQLStore | ProductionStore
+    store: Any  # EmbeddedStore | MySQLStore | MySQLRedisStore
     clock: Clock
     kind: str
 

@@ -8,8 +8,8 @@ import os
 import httpx
 
 from protocol.frames import MediaUpload, MediaUrl, Send, SendAck
+from protocol.mediakeys import media_content
 from protocol.ops import MsgType
-from storage.media.keys import media_content
 from tests.support.wire import Wire
 
 HOUR_MS = 3_600_000

@@ -19,7 +19,7 @@ import pytest
 
 from gateway.http import media
 from gateway.http.media import MediaListener
-from storage.media.keys import media_key
+from protocol.mediakeys import media_key
 from storage.media.objects import FileObjects
 from tests.support.rawhttp import closed, reply
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gateway.media import Media, MediaError
-from storage.media.index import MediaIndex, SqliteMediaIndex
+from storage.media.index_sqlite import MediaIndex, SqliteMediaIndex
 from storage.media.objects import FileObjects
 
 DAY_MS = 86_400_000
@@ -46,7 +46,7 @@ async def index(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         finally:
             await idx.close()
         return
-    from storage.media.mysqlindex import MySQLMediaIndex
+    from storage.media.index_mysql import MySQLMediaIndex
     from storage.mysql import MySQLSettings
     from tests.support.services import drop_mysql, fresh_mysql
 

@@ -13,8 +13,8 @@ import pytest
 
 from gateway.server import Server
 from protocol.frames import ConvOk, MediaGet, MediaUpload, MediaUrl, OpenP2P, Push, Send, SendAck
+from protocol.mediakeys import media_content, media_key
 from protocol.ops import ErrorCode, MsgType
-from storage.media.keys import media_content, media_key
 from tests.conftest import StartGateway
 from tests.media.common import (
     HOUR_MS,

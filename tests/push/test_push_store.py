@@ -34,7 +34,7 @@ PUSH_TABLES = {"im_push_device", "im_conv_mute"}
 
 @dataclass
 class Store:
-    store: Any  # EmbeddedStore | MySQLStore | ProductionStore
+    store: Any  # EmbeddedStore | MySQLStore | MySQLRedisStore
     clock: Clock
 
     async def register(

@@ -11,7 +11,7 @@ from typing import Any
 
 from storage.embedded import EmbeddedStore
 from storage.mysql import MySQLSettings, MySQLStore
-from storage.production import ProductionStore
+from storage.mysql_redis import MySQLRedisStore
 from storage.redis import RedisCache, redis_from_url
 from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
 
@@ -46,7 +46,7 @@ async def open_store(kind: str, clock: Clock, tmp_path: Path) -> AsyncIterator[A
     store = mysql
     if redis_url:
         client, prefix = redis_from_url(redis_url)
-        store = ProductionStore(mysql, RedisCache(client, prefix=prefix))
+        store = MySQLRedisStore(mysql, RedisCache(client, prefix=prefix))
     await store.start()
     try:
         yield store

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from storage.archive import objects, tiered
-from storage.archive.index import ArchivedMessage, ArchiveFile
+from storage.archive.index_sqlite import ArchivedMessage, ArchiveFile
 from storage.models import StoredMessage
 
 

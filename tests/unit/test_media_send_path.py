@@ -57,8 +57,8 @@ async def test_a_rate_limited_media_send_is_refused_before_any_media_work() -> N
     transaction and no object-store request beyond the limit."""
     from gateway.handlers.base import RequestError
     from gateway.handlers.messaging import send
+    from protocol.mediakeys import media_content, media_key
     from protocol.ops import ErrorCode
-    from storage.media.keys import media_content, media_key
 
     async def find_sent(uid: int, client_msg_id: str) -> None:
         return None

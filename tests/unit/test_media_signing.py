@@ -1,4 +1,4 @@
-"""Signed media URLs (storage/media/signing.py) and media keys (storage/media/keys.py):
+"""Signed media URLs (storage/media/signing.py) and media keys (protocol/mediakeys.py):
 pure functions, no I/O."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import msgpack
 import pytest
 
-from storage.media.keys import key_of_content, media_content, media_key, parse_key, type_allowed
+from protocol.mediakeys import key_of_content, media_content, media_key, parse_key, type_allowed
 from storage.media.signing import Grant, SignatureError, signed_path, verify
 
 SECRET = b"0123456789abcdef-secret"

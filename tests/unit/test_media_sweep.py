@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from storage.media.index import CLAIMED_MS, Upload
+from storage.media.index_sqlite import CLAIMED_MS, Upload
 from storage.media.sweep import sweep_orphans
 
 DAY = 86_400_000

@@ -17,9 +17,9 @@ from gateway.hooks import notify_queue
 from gateway.hooks.contentcheck import FAIL_CLOSED, FAIL_OPEN, CheckFailed, WebhookCheck
 from gateway.hooks.notify import NotifyStage
 from gateway.hooks.queue import Owed
+from protocol.mediakeys import media_key
 from storage.errors import ObjectsUnavailable
 from storage.media import objects as media_objects
-from storage.media.keys import media_key
 from storage.models import NewMessage, StoredMessage
 
 DEADLINE_S = 0.5

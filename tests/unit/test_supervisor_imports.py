@@ -18,7 +18,7 @@ def test_the_supervisor_imports_the_workers_modules_without_starting_a_thread() 
 
         _import_worker(Config(store="mysql://root:@127.0.0.1:1/none",
                               cache="redis://127.0.0.1:1/0", bus="amqp://g:g@127.0.0.1:1/"))
-        wanted = ["gateway.server", "storage.mysql", "storage.production", "asyncmy",
+        wanted = ["gateway.server", "storage.mysql", "storage.mysql_redis", "asyncmy",
                   "storage.redis.recent", "storage.amqp", "aio_pika"]
         print(threading.active_count(), [m for m in wanted if m not in sys.modules])
         """

@@ -1,4 +1,4 @@
-"""The production store's caching decisions (storage/production.py), without Redis or
+"""The production store's caching decisions (storage/mysql_redis.py), without Redis or
 MySQL: small fakes stand in for the MySQL store, the Redis accelerator and the
 recent-message cache, each recording what it was asked. What is checked is what the
 gateway relies on: a hit costs MySQL nothing, a miss is answered from MySQL and
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from storage import production
+from storage import mysql_redis
 from storage.errors import CacheUnavailable, StoreUnavailable
 from storage.models import (
     AppendResult,
@@ -26,7 +26,7 @@ from storage.models import (
     StoredMessage,
     SyncPage,
 )
-from storage.production import ProductionStore
+from storage.mysql_redis import MySQLRedisStore
 from storage.redis.cache import MemberSnapshot
 
 CONV = 7
@@ -37,7 +37,7 @@ def msg(seq: int, conv_id: int = CONV) -> StoredMessage:
 
 
 class FakeMySQL:
-    """The part of MySQLStore that ProductionStore calls, in memory."""
+    """The part of MySQLStore that MySQLRedisStore calls, in memory."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -129,7 +129,7 @@ class FakeMySQL:
 
 
 class FakeRedisCache:
-    """The part of RedisCache that ProductionStore calls: the same contract (snapshots only
+    """The part of RedisCache that MySQLRedisStore calls: the same contract (snapshots only
     replaced by newer versions, idempotency records never replaced, positions only move
     up), in memory. `down` fails every call; `failing` fails the named methods."""
 
@@ -211,13 +211,13 @@ class FakeRecent:
             del held[s]
 
 
-Fakes = tuple[ProductionStore, FakeMySQL, FakeRedisCache, FakeRecent]
+Fakes = tuple[MySQLRedisStore, FakeMySQL, FakeRedisCache, FakeRecent]
 
 
 @pytest.fixture
 def fakes() -> Fakes:
     mysql, cache, recent = FakeMySQL(), FakeRedisCache(), FakeRecent()
-    store = ProductionStore(mysql, cache, recent)  # type: ignore[arg-type]
+    store = MySQLRedisStore(mysql, cache, recent)  # type: ignore[arg-type]
     return store, mysql, cache, recent
 
 
@@ -407,7 +407,7 @@ async def test_with_the_recent_cache_down_pages_come_from_mysql(fakes: Fakes) ->
 async def test_cache_writes_in_flight_are_bounded_and_excess_ones_skipped(fakes: Fakes) -> None:
     store, _, _, recent = fakes
     recent.gate = asyncio.Event()  # every write hangs until released
-    cap = production.MAX_CACHE_WRITES
+    cap = mysql_redis.MAX_CACHE_WRITES
     for i in range(cap + 5):
         await store.append([NewMessage(CONV, 1, f"c{i}", 1, b"x")])
     assert store.recent_skipped == 5

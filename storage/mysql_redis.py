@@ -75,7 +75,7 @@ def _snapshot(conv_id: int, version: int, rows: Sequence[Membership]) -> MemberS
     )
 
 
-class ProductionStore:
+class MySQLRedisStore:
     commit_slots = MySQLStore.commit_slots
 
     def __init__(

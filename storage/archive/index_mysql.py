@@ -1,6 +1,6 @@
-"""The archive index of a MySQL store (storage/archive/index.py says what it holds).
+"""The archive index of a MySQL store (storage/archive/index_sqlite.py says what it holds).
 
-Apart from index.py because it routes through `MySQLStore`, which reads the archive
+Apart from index_sqlite.py because it routes through `MySQLStore`, which reads the archive
 index itself (its pages, its idempotency records): one module each way, no cycle."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from storage.archive.index import (
+from storage.archive.index_sqlite import (
     FILES_SQL,
     LAST_RUN_PREFIX,
     UNREAD_INSERT_SQL,

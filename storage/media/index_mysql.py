@@ -1,4 +1,4 @@
-"""The media index of a MySQL store, in its metadata database (storage/media/index.py
+"""The media index of a MySQL store, in its metadata database (storage/media/index_sqlite.py
 says what it holds). Media rows are keyed by the object key, not by conversation, so
 they live beside the conversation directory rather than on the shard servers."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from storage.media.index import _UPLOAD_COLS, CLAIMED_MS, Upload, _upload
+from storage.media.index_sqlite import _UPLOAD_COLS, CLAIMED_MS, Upload, _upload
 from storage.mysql.transactions import Transactions, rowcount
 
 if TYPE_CHECKING:
