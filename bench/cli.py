@@ -178,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     ch = sub.add_parser("chat", help="p2p sends at open-loop rates: send→ACK and send→PUSH")
     _rates(ch, 1000)
     ch.add_argument("--pairs", type=int, help="user pairs (default: <= 10 msg/s per user)")
+    ch.add_argument(
+        "--push-sink", action="store_true",
+        help="what push events cost: every uid registers a push device it leaves offline, "
+        "and the scenario runs twice, on a gateway without --push-url, then on one posting "
+        "to a sink the bench starts; the report gives the gateway's CPU per message of "
+        "both, their ratio, and the sink's events/s, events and latency (with "
+        "--spawn-gateway)",
+    )  # fmt: skip
     ch.set_defaults(group_size=2)
     gr = sub.add_parser("group", help="sends fanned out to groups")
     _rates(gr, 200)
@@ -227,6 +235,15 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             args.volume = Volume.of(args.preload, args.preload_convs)
         except ValueError as e:
             p.error(str(e))
+    if getattr(args, "push_sink", False):
+        if not args.spawn_gateway:
+            p.error("--push-sink starts the gateway with and without --push-url: it needs "
+                    "--spawn-gateway")  # fmt: skip
+        if args.volume is not None:
+            p.error("--push-sink and --preload each run the scenario twice: give one of them")
+        if any(a.startswith(("--push-url", "--push-amqp")) for a in args.gateway_arg):
+            p.error("--push-sink gives the gateway its own --push-url: leave out "
+                    "--gateway-arg=--push-url/--push-amqp")  # fmt: skip
     args.production = bool(
         args.cache and args.cache.startswith("redis") and args.bus and args.bus.startswith("amqp")
     )
@@ -260,7 +277,10 @@ def _default_timeout(args: argparse.Namespace) -> float:
         return float(2 * args.connections / args.ramp + 600 + args.connections / 1_000)
     if args.scenario in SEND_SCENARIOS:
         steps = len(args.steps)
-        return float(steps * (args.duration + args.warmup + 15) + 180 + _preload_s(args))
+        sink_wait = 30 if getattr(args, "push_sink", False) else 0  # bench.push_sink.WAIT_S
+        return float(
+            steps * (args.duration + args.warmup + 15 + sink_wait) + 180 + _preload_s(args)
+        )
     return 900.0 + _preload_s(args)
 
 
@@ -275,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_log_name(f"bench {args.scenario}")
     json_path = Path(args.json or f"bench-{args.scenario}.json")
     baseline: dict[str, Any] | None = None
+    before = calibrate()  # the machine's speed, to compare this run with others
     if args.volume is not None and not args.no_empty_baseline:
         log("volume mode: the run on an empty store first, then on the preloaded one")
         volume, args.volume = args.volume, None
@@ -283,8 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if status != 0:
             log("the run on the empty store failed; the preloaded run follows anyway")
         log(f"now with {volume.messages:,} messages preloaded")
-    before = calibrate()  # the machine's speed, to compare this run with others
-    result, status = run_scenario(args)
+    if getattr(args, "push_sink", False):
+        result, status = run_push_sink(args)
+    else:
+        result, status = run_scenario(args)
     after = calibrate()
     if baseline is not None:
         from bench.volume import compare
@@ -307,6 +330,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     json_path.with_suffix(".md").write_text(text)
     print(text)
     return status
+
+
+def run_push_sink(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
+    """--push-sink: the scenario on a gateway without push events, then on one that
+    posts them to a sink started here; the second run's result, with the first's under
+    `push_off` and the two compared under `push`."""
+    from bench.push_sink import SinkProcess, compare
+
+    log("push sink: the run with push events off first, then with them on")
+    off, status_off = run_scenario(args)
+    if status_off != 0:
+        log("the run with push events off failed; the run with them on follows anyway")
+    log("now with push events on")
+    sink = SinkProcess().start()
+    given = args.gateway_arg
+    args.sink, args.gateway_arg = sink, [*given, f"--push-url={sink.url}"]
+    try:
+        result, status = run_scenario(args)
+    finally:
+        args.sink, args.gateway_arg = None, given
+        sink.stop()
+    result["push_off"] = off
+    result["push"] = compare(off, result)
+    return result, status or status_off
 
 
 def run_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:

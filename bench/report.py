@@ -175,6 +175,10 @@ def summary(result: dict[str, Any]) -> str:
         from bench.volume import lines as volume_lines
 
         lines.extend(volume_lines(result["volume_ratio"]))
+    if result.get("push"):
+        from bench.push_sink import lines as push_lines
+
+        lines.extend(push_lines(result["push"]))
     lines.extend(_cpu_lines(result))
     if cal := (result.get("machine") or {}).get("calibration"):
         b, a = cal["before"], cal["after"]

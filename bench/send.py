@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from bench.common import BenchError, deadline_alarm, hist_of, log, ms
+from bench.push_sink import PUSH_DEVICE, SinkProcess, step_line
 from bench.run import Run
 from bench.senders import StepSpec, WorkerSpec, worker_main
 
@@ -196,6 +197,11 @@ class Senders:
         # CPU per operation covers the window even when it lasts a second or two.
         self.edges_ns: list[int] = []
         self.scraped: dict[str, float] | None = None
+        # --push-sink: every uid leaves a registered device offline (in both runs); the
+        # run with push events on has the sink they go to.
+        self.push_device = PUSH_DEVICE if getattr(args, "push_sink", False) else None
+        self.sink: SinkProcess | None = getattr(args, "sink", None)
+        self.sink_seen = (0, time.monotonic())  # events at the last progress line
 
     def remaining(self) -> float:
         left: float = self.deadline - time.monotonic()
@@ -250,7 +256,7 @@ class Senders:
                 group_size=args.group_size,
                 run_id=run_id, content_size=args.content_size,
                 connect_concurrency=args.connect_concurrency, deadline_ns=deadline_ns,
-                ws_path=run.ws_path,
+                ws_path=run.ws_path, push_device=self.push_device,
             )  # fmt: skip
             uid0 += args.group_size * n
             parent_end, child_end = self.ctx.Pipe()
@@ -265,6 +271,11 @@ class Senders:
                 ready.add(msg[1])
                 if len(ready) == len(self.procs):
                     break
+        if self.push_device is not None:
+            log(
+                f"{args.group_size * args.pairs} push devices {self.push_device!r} "
+                "registered and offline"
+            )
         log(
             f"{args.group_size * args.pairs} connections logged in, {args.pairs} "
             f"{'p2p' if args.group_size == 2 else f'{args.group_size}-member group'} "
@@ -277,6 +288,10 @@ class Senders:
         start_ns = time.monotonic_ns() + int(0.3e9)
         win_start_ns = start_ns + int(args.warmup * 1e9)
         win_end_ns = win_start_ns + int(args.duration * 1e9)
+        if self.sink is not None:  # a new tally; latency of what commits in the window
+            wall_ns = time.time_ns() - time.monotonic_ns()
+            self.sink.window((win_start_ns + wall_ns) / 1e6, (win_end_ns + wall_ns) / 1e6)
+            self.sink_seen = (0, time.monotonic())
         for ctrl, share in zip(self.ctrls, self.shares, strict=True):
             step = StepSpec(index, rate * share / args.pairs, start_ns, win_start_ns,
                             win_end_ns, args.drain)  # fmt: skip
@@ -305,7 +320,25 @@ class Senders:
         self.sampler.sample(force=True)
         summary = self.summarize(index, rate, win_start_ns, win_end_ns, results)
         summary["gateway_send_path"] = gateway_view(self.scraped, scrape(self.metrics_url))
+        if self.sink is not None:
+            acked = sum(r["total_acked"] for r in results.values())
+            summary["push_sink"] = self.sink_figures(acked)
         return summary
+
+    def sink_figures(self, acked: int) -> dict[str, Any]:
+        """What the sink got of a step's events, once it has one per message acked in
+        the step (warmup included), or has waited long enough."""
+        assert self.sink is not None
+        got = self.sink.wait_for(acked, timeout=min(30.0, self.remaining()))
+        return {
+            **got,
+            "messages_acked": acked,
+            "missing": max(0, acked - got["distinct"]),
+            "repeated": got["events"] - got["distinct"],
+            "recipients_per_event": round(got["recipients"] / got["events"], 3)
+            if got["events"]
+            else None,
+        }
 
     def print_progress(self, rate: float, start_ns: int) -> None:
         """One line from each generator's latest report (its rates over its last second)."""
@@ -318,10 +351,24 @@ class Senders:
             f"  [{rate:>7g}/s {phase:<7} {elapsed:5.1f}s] sent/s {sum(r[4] for r in rows):8.0f}"
             f"  acked/s {sum(r[5] for r in rows):8.0f}  errors {sum(r[6] for r in rows):5d}"
             f"  in-flight {sum(r[7] for r in rows):6d}  ack p50 {ms(hist, 50):8.2f} ms"
-            f"  p99 {ms(hist, 99):8.2f} ms",
+            f"  p99 {ms(hist, 99):8.2f} ms{self.sink_progress()}",
             file=sys.stderr,
             flush=True,
         )
+
+    def sink_progress(self) -> str:
+        """The sink's events/s since the last progress line, and its latency so far."""
+        if self.sink is None:
+            return ""
+        try:
+            got = self.sink.stats()
+        except OSError:
+            return "  push sink: not answering"
+        mono = time.monotonic()
+        events, then = self.sink_seen
+        self.sink_seen = (got["events"], mono)
+        rate = (got["events"] - events) / max(1e-3, mono - then)
+        return f"  events/s {rate:7.0f}  event p99 {got['latency_p99_ms']:8.1f} ms"
 
     def summarize(
         self, index: int, rate: float, win_start_ns: int, win_end_ns: int,
@@ -493,6 +540,8 @@ def print_step(s: dict[str, Any]) -> None:
             else ""
         )
     )
+    if s.get("push_sink"):
+        print(step_line(s["push_sink"]))
     view = s.get("gateway_send_path")
     if view and view["batches"]:
         print(

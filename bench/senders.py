@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from bench.common import new_hist, proc_rss, record_us, run_generator
 from bench.loadclient import LoadConnection, connect, stamp_of, stamped_content
-from protocol.frames import Push
+from protocol.frames import Push, PushRegister
 from protocol.token import sign_token
 
 DEVICE: Final = "bench"
@@ -47,6 +47,8 @@ class WorkerSpec:
     connect_concurrency: int
     deadline_ns: int  # monotonic: give up after this
     ws_path: str | None = None  # WebSocket on this path, else the plain protocol
+    # Before logging in, each uid registers this device for push and leaves it offline.
+    push_device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,8 @@ class Generator:
                         await asyncio.sleep(0.2 * (attempt + 1))
             raise AssertionError("unreachable")
 
+        if spec.push_device is not None:
+            await asyncio.gather(*(self.register(u, spec.push_device, sem, exp) for u in uids))
         self.conns = list(await asyncio.gather(*(one(u) for u in uids)))
 
         async def open_pair(p: int) -> int:
@@ -179,6 +183,24 @@ class Generator:
                 return await members[0].group_create("bench", uids, timeout=timeout)
 
         self.convs = list(await asyncio.gather(*(open_pair(p) for p in range(spec.pairs))))
+
+    async def register(self, uid: int, device: str, sem: asyncio.Semaphore, exp: int) -> None:
+        """Register (`uid`, `device`) for push over a connection of its own, then close
+        it: the device stays registered and offline, so every message to `uid` owes it
+        a push event."""
+        spec = self.spec
+        token = sign_token(spec.kid, spec.secret, uid, device, exp)
+        placeholder = StepRecorder(StepSpec(-1, 0, 0, 0, 0, 0), "")
+        async with sem:
+            conn = await connect(
+                spec.host, spec.port, uid, placeholder, token=token, device=device,
+                timeout=min(30.0, self.remaining_s()), ws_path=spec.ws_path,
+            )  # fmt: skip
+            try:
+                push_token = f"{spec.run_id}-{uid}"
+                await conn.request(PushRegister, "bench", push_token, timeout=30.0)
+            finally:
+                conn.close()
 
     async def run_step(self, step: StepSpec) -> dict[str, Any]:
         spec = self.spec
@@ -270,6 +292,7 @@ class Generator:
         return {
             "sent": rec.sent,
             "acked": rec.acked,
+            "total_acked": rec.total_acked,  # warmup too
             "pushes": rec.pushes,
             "errors": rec.errors,
             "kicks": rec.kicks,

@@ -98,6 +98,21 @@ def test_chat_volume_mode_compares_empty_and_preloaded(tmp_path: Path) -> None:
     assert "- volume: empty store → preloaded store" in (tmp_path / "chat.md").read_text()
 
 
+def test_chat_push_sink_compares_push_off_and_on(tmp_path: Path) -> None:
+    """Every uid's registered, offline device gets one event per message to it: as many
+    events as messages acked, one recipient each; the gateway without push events first."""
+    r = bench(tmp_path, "chat", "--rate", "100", "--duration", "2", "--warmup", "1",
+              "--procs", "1", "--pairs", "5", "--push-sink")  # fmt: skip
+    assert r["push_off"]["acked"] >= 150 and "push_sink" not in r["push_off"]["steps"][0]
+    push = r["push"]
+    on = push["on"]
+    assert on["messages_acked"] >= 250 and on["distinct"] == on["messages_acked"]
+    assert (on["missing"], on["recipients_per_event"]) == (0, 1.0)
+    assert on["events_per_s"] > 0 and 0 < on["latency_p50_ms"] <= on["latency_p99_ms"]
+    assert push["off"]["gateway_cpu_us_per_msg"] > 0 and push["cpu_ratio"] > 0
+    assert "- push events:" in (tmp_path / "chat.md").read_text()
+
+
 def test_group_fans_out_to_every_member(tmp_path: Path) -> None:
     r = bench(tmp_path, "group", "--rate", "100", "--group-size", "4", "--duration", "2",
               "--warmup", "1", "--procs", "1")  # fmt: skip
