@@ -5,7 +5,6 @@ by pid)."""
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import os
 import platform
@@ -373,17 +372,6 @@ class Sampler:
 
     def max_rss(self, name: str) -> int | None:
         return max((r[2] for r in self.samples.get(name, [])), default=None)
-
-    def series(self, name: str, t0: float) -> list[dict[str, float]]:
-        """[{t, rss_bytes, cpu_percent}] since t0, for charts."""
-        rows = self.samples.get(name, [])
-        out = []
-        for prev, cur in itertools.pairwise(rows):
-            if cur[0] < t0:
-                continue
-            cpu = 100.0 * (cur[1] - prev[1]) / CLK_TCK / max(1e-3, cur[0] - prev[0])
-            out.append({"t": round(cur[0] - t0, 2), "rss_bytes": cur[2], "cpu_percent": cpu})
-        return out
 
 
 # -- backing services -------------------------------------------------------------------

@@ -169,8 +169,3 @@ class Run:
                 else:
                     log(f"gateway log kept: {gw.log_path}")
         return out
-
-    def require_spawned(self) -> Gateway:
-        if self.gateway is None or self.gateway.proc is None:
-            raise BenchError(f"`{self.args.scenario}` needs --spawn-gateway")
-        return self.gateway

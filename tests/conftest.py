@@ -40,7 +40,7 @@ configure("console", "warning")
 StartGateway = Callable[..., Awaitable[Server]]
 
 
-def test_config(tmp_path: Path, **overrides: Any) -> Config:
+def make_config(tmp_path: Path, **overrides: Any) -> Config:
     base = Config(
         host="127.0.0.1",
         port=0,
@@ -174,7 +174,7 @@ async def start_gateway(
     async def start(**overrides: Any) -> Server:
         if transport == "ws":
             overrides.setdefault("ws_listen", "127.0.0.1:0")
-        server = Server(test_config(tmp_path, **{**backend_urls, **overrides}))
+        server = Server(make_config(tmp_path, **{**backend_urls, **overrides}))
         await server.start()
         servers.append(server)
         if transport == "ws":

@@ -51,11 +51,6 @@ CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
 Client = aioredis.Redis | RedisCluster
 
 
-def is_redis_url(url: str) -> bool:
-    """Whether `url` names Redis, a single server or a cluster (a shared route store)."""
-    return urlsplit(url).scheme in SCHEMES + CLUSTER_SCHEMES
-
-
 def redis_from_url(url: str, **pool_options: object) -> tuple[Client, str]:
     """The client for `url` and the key prefix it names (`""` when none). The client owns
     its pool: `await client.aclose()` closes it. `pool_options` override the pool and

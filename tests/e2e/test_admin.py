@@ -185,7 +185,7 @@ async def test_imgw_drain_and_revoke_say_what_the_admin_port_answered(
 
 def test_a_public_admin_address_needs_a_token(tmp_path: Path) -> None:
     def config(**kw: object) -> Config:
-        return conftest.test_config(tmp_path, port=7070, admin_port=9100, **kw)
+        return conftest.make_config(tmp_path, port=7070, admin_port=9100, **kw)
 
     with pytest.raises(ConfigError, match="admin token"):
         config(admin_host="0.0.0.0").validate()

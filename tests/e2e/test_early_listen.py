@@ -17,7 +17,7 @@ from gateway.node import Node
 from gateway.server import Server
 from gateway.supervisor import Supervisor
 from protocol.frames import Login, LoginOk
-from tests.conftest import test_config as make_config
+from tests.conftest import make_config as make_config
 from tests.support.wire import Wire, token
 
 

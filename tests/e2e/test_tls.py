@@ -78,7 +78,7 @@ def test_tls_settings_are_checked(tmp_path: Path, pki: tuple[trustme.CA, Path, P
     _, chain, key = pki
 
     def config(**kw: str) -> Config:
-        return conftest.test_config(tmp_path, port=7070, **kw)
+        return conftest.make_config(tmp_path, port=7070, **kw)
 
     with pytest.raises(ConfigError, match="both"):
         config(tls_cert=str(chain)).validate()

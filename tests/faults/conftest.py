@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from gateway.server import Server
-from tests.conftest import test_config
+from tests.conftest import make_config
 from tests.support.services import drop_mysql, drop_redis, fresh_mysql, fresh_redis_url
 from tests.support.tcpproxy import TcpProxy
 
@@ -43,7 +43,7 @@ async def prod(tmp_path: Path) -> AsyncIterator[Prod]:
     await mysql_proxy.start()
     await redis_proxy.start()
     server = Server(
-        test_config(
+        make_config(
             tmp_path,
             store=_via(mysql_url, mysql_proxy.port),
             cache=_via(redis_url, redis_proxy.port),

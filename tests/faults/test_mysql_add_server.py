@@ -16,7 +16,7 @@ from gateway.server import Server
 from protocol.frames import ConvOk, Error, OpenP2P, Pull, PullResult, Send, SendAck
 from protocol.ops import ErrorCode
 from storage.mysql import MySQLSettings
-from tests.conftest import test_config as config_for
+from tests.conftest import make_config as config_for
 from tests.support.services import MYSQL2_PORT, MYSQL_PORT, drop_mysql, fresh_mysql, second_mysql
 from tests.support.wire import Wire
 

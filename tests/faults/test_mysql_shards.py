@@ -22,7 +22,7 @@ from protocol.ops import ErrorCode
 from storage.errors import StoreUnavailable
 from storage.models import AppendStatus, NewMessage
 from storage.mysql import MySQLSettings, MySQLStore, migrate
-from tests.conftest import test_config as config_for
+from tests.conftest import make_config as config_for
 from tests.support.services import (
     MYSQL2_PORT,
     MYSQL_PORT,

@@ -21,7 +21,7 @@ from protocol.frames import ConvOk, Error, Login, LoginOk, OpenP2P, Push, SendAc
 from protocol.ops import ErrorCode
 from storage.errors import CacheUnavailable
 from storage.models import Route
-from tests.conftest import test_config as gateway_config
+from tests.conftest import make_config as gateway_config
 from tests.faults.test_production_faults import pull_all, traffic
 from tests.support import rcluster
 from tests.support.services import drop_mysql, drop_redis, fresh_cluster_url, fresh_mysql
