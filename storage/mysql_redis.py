@@ -499,5 +499,13 @@ class MySQLRedisStore:
     async def set_mute(self, conv_id: int, uid: int, until_ms: int) -> None:
         await self.mysql.set_mute(conv_id, uid, until_ms)
 
-    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
-        return await self.mysql.muted(conv_id, uids, now_ms)
+    async def muted(self, pairs: Sequence[tuple[int, int]], now_ms: int) -> set[tuple[int, int]]:
+        return await self.mysql.muted(pairs, now_ms)
+
+    async def unread_badges(self, uids: Sequence[int]) -> dict[int, int]:
+        # as SYNC: this node's read positions first, other nodes' at most FLUSH_EVERY_S old
+        try:
+            await self.flush_positions()
+        except StoreUnavailable as e:
+            log.warning("read positions not flushed before push badges", error=str(e))
+        return await self.mysql.unread_badges(uids)

@@ -197,9 +197,15 @@ class ChatStore(Protocol):
         the epoch); 0, or a time not after the store's clock, unmutes."""
         ...
 
-    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
-        """Those of `uids` who muted `conv_id` until after `now_ms` (batched as
-        push_devices)."""
+    async def muted(self, pairs: Sequence[tuple[int, int]], now_ms: int) -> set[tuple[int, int]]:
+        """Those (conv_id, uid) of `pairs` where uid muted conv_id until after `now_ms`:
+        one query per `storage.push.PAIRS_PER_QUERY` pairs."""
+        ...
+
+    async def unread_badges(self, uids: Sequence[int]) -> dict[int, int]:
+        """Each uid's push badge (storage/push.py: bounded, over its most recently active
+        conversations; uids with nothing unread omitted): one query per
+        `storage.push.UIDS_PER_QUERY` uids (and server)."""
         ...
 
     # -- hook rows: webhooks and push events owed, at least once (storage/hooks.py) ------

@@ -5,7 +5,7 @@
 `--convs` p2p conversations, each with one recipient whose only registered device is
 offline (as in `imgw bench chat --push-sink`), and before each measurement `--backlog`
 messages per conversation that neither member has read, the two taking turns (as in the
-bench): the recipient's unread is half of them, and the badge's count reads them all. Then
+bench): the recipient's unread is half of them. Then
 `PushStage.build` of a batch of one message per conversation (the hook queue's batch at
 2,000 msg/s), and each of its store calls alone, ten times each; the CPU of this process
 (event loop and SQLite threads) per event, medians.
@@ -14,7 +14,6 @@ bench): the recipient's unread is half of them, and the badge's count reads them
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import tempfile
 import time
@@ -70,7 +69,6 @@ async def measure(backlog: int, convs: int) -> dict[str, float]:
         recipients = [r for _, _, r in pairs]
         devices = await store.push_devices(recipients)
         now = store.now_ms()
-        badged = dict.fromkeys(recipients, DEVICE)
 
         async def events() -> None:
             for o in batch:
@@ -79,10 +77,8 @@ async def measure(backlog: int, convs: int) -> dict[str, float]:
         parts: dict[str, Callable[[], Awaitable[object]]] = {
             "build (all)": lambda: stage.build(batch),
             "push_devices": lambda: store.push_devices(recipients),
-            "muted (1 per conversation)": lambda: asyncio.gather(
-                *(store.muted(c, [r], now) for c, _, r in pairs)
-            ),
-            "badges (1 sync per recipient)": lambda: stage._unread(badged),
+            "muted": lambda: store.muted([(c, r) for c, _, r in pairs], now),
+            "unread_badges": lambda: store.unread_badges(recipients),
             "event dicts": events,
         }
         cpu: dict[str, list[float]] = {name: [] for name in parts}

@@ -21,8 +21,10 @@ Each event:
                      "locale": "fr", "unread": 3, "text": "…"}]}
 
 `id` (conv_id:seq) is the same on every delivery of the event: sinks deduplicate by it.
-`unread` is the recipient's unread count for the badge, over their BADGE_CONVS most
-recently active conversations, as it stands when the event is built. `text` is there
+`unread` is the recipient's unread count for the badge as it stands when the event is
+built, bounded as storage/push.py says (their most recently active conversations, each
+counting at most its latest messages), so that a batch of events costs three queries
+(devices, mutes, badges) whatever its recipients left unread. `text` is there
 only where the device registered with `preview` and the message is text.
 
 The sinks (`--push-url`, gateway/hooks/post.py; `--push-amqp`, gateway/hooks/amqp.py)
@@ -32,9 +34,8 @@ not sent the batch again while the other is retried.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.hooks.post import JsonPost
 from gateway.hooks.queue import Owed
@@ -44,8 +45,6 @@ from storage.rules import counts_as_unread
 
 if TYPE_CHECKING:
     from storage.ports import ChatStore, RouteStore
-
-BADGE_CONVS: Final = 100  # a badge counts the unread of this many most recent conversations
 
 Event = dict[str, Any]
 
@@ -170,32 +169,18 @@ class PushStage:
                 found.append((o, offline))
         if not found:
             return []
-        mutes = await asyncio.gather(
-            *(
-                store.muted(o.msg.conv_id, list({d.uid for d in offline}), now)
+        muted = await store.muted(
+            [(o.msg.conv_id, d.uid) for o, offline in found for d in offline], now
+        )
+        if muted:
+            found = [
+                (o, [d for d in offline if (o.msg.conv_id, d.uid) not in muted])
                 for o, offline in found
-            )
+            ]
+        badge = await store.unread_badges(
+            list({d.uid: None for _, offline in found for d in offline})
         )
-        found = [
-            (o, [d for d in offline if d.uid not in muted])
-            for (o, offline), muted in zip(found, mutes, strict=True)
-        ]
-        badge = await self._unread({d.uid: d.device for _, offline in found for d in offline})
         return [self._event(o, offline, badge) for o, offline in found if offline]
-
-    async def _unread(self, uids: dict[int, str]) -> dict[int, int]:
-        """Each uid's unread count over its BADGE_CONVS most recent conversations."""
-        store = self._store
-        pages = await asyncio.gather(
-            *(
-                store.sync(uid, device, changed_since_ms=0, after=None, limit=BADGE_CONVS)
-                for uid, device in uids.items()
-            )
-        )
-        return {
-            uid: sum(r.unread for r in page.rows if r.is_member)
-            for uid, page in zip(uids, pages, strict=True)
-        }
 
     @staticmethod
     def _event(o: Owed, offline: list[PushDevice], badge: dict[int, int]) -> Event:

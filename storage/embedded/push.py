@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from typing import Final
 
 from storage.models import PushDevice
-from storage.push import chunks, mute_until, plan_register
+from storage.push import (
+    badge_sql,
+    badge_totals,
+    chunks,
+    mute_until,
+    muted_sql,
+    pair_chunks,
+    plan_register,
+)
 
 _I64_MAX: Final = (1 << 63) - 1
 _COLS: Final = "uid, device, provider, token, preview, locale, updated_ms"
@@ -98,13 +106,23 @@ def set_mute(conn: sqlite3.Connection, conv_id: int, uid: int, until_ms: int, no
     )
 
 
-def muted(conn: sqlite3.Connection, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
-    found: set[int] = set()
-    for part in chunks(uids):
-        marks = ",".join("?" * len(part))
+def muted(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[int, int]], now_ms: int
+) -> set[tuple[int, int]]:
+    found: set[tuple[int, int]] = set()
+    for part in pair_chunks((c, u) for c, u in pairs if c <= _I64_MAX):
         rows = conn.execute(
-            f"SELECT uid FROM im_conv_mute WHERE conv_id=? AND uid IN ({marks}) AND until_ms > ?",
-            (conv_id, *map(_s, part), now_ms),
+            muted_sql(len(part), "?"), (*(v for c, u in part for v in (c, _s(u))), now_ms)
         )
-        found.update(_u(u) for (u,) in rows)
+        found.update((int(c), _u(u)) for c, u in rows)
     return found
+
+
+def unread_badges(conn: sqlite3.Connection, uids: Sequence[int]) -> dict[int, int]:
+    rows: list[tuple[int, int, int, int]] = []
+    for part in chunks(uids):
+        for u, active, c, n in conn.execute(
+            badge_sql(len(part), "?", greatest="MAX"), tuple(map(_s, part))
+        ):
+            rows.append((_u(u), int(active), int(c), int(n)))
+    return badge_totals(rows)

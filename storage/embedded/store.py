@@ -930,12 +930,22 @@ class EmbeddedStore:
             return  # conv_ids are allocated by SQLite: never this large
         await self._wtx(lambda conn: push.set_mute(conn, conv_id, uid, until_ms, self._clock()))
 
-    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
-        if not uids or conv_id > _I64_MAX:
+    async def muted(self, pairs: Sequence[tuple[int, int]], now_ms: int) -> set[tuple[int, int]]:
+        if not pairs:
             return set()
 
-        def q() -> set[int]:
+        def q() -> set[tuple[int, int]]:
             assert self._rconn is not None
-            return push.muted(self._rconn, conv_id, uids, now_ms)
+            return push.muted(self._rconn, pairs, now_ms)
+
+        return await self._r(q)
+
+    async def unread_badges(self, uids: Sequence[int]) -> dict[int, int]:
+        if not uids:
+            return {}
+
+        def q() -> dict[int, int]:
+            assert self._rconn is not None
+            return push.unread_badges(self._rconn, uids)
 
         return await self._r(q)

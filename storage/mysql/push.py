@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 from storage.models import PushDevice
 from storage.mysql.transactions import rowcount
-from storage.push import chunks, mute_until, plan_register, token_digest
+from storage.push import chunks, mute_until, muted_sql, pair_chunks, plan_register, token_digest
 
 if TYPE_CHECKING:
     from storage.mysql.transactions import Cursor, Transactions
@@ -134,20 +134,18 @@ class MySQLPushRegistry:
 
         await self._db.run(body, tx=False)
 
-    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
-        parts = chunks(uids)
+    async def muted(self, pairs: Sequence[tuple[int, int]], now_ms: int) -> set[tuple[int, int]]:
+        parts = pair_chunks(pairs)
         if not parts:
             return set()
 
-        async def q(cur: Cursor) -> set[int]:
-            found: set[int] = set()
+        async def q(cur: Cursor) -> set[tuple[int, int]]:
+            found: set[tuple[int, int]] = set()
             for part in parts:
                 await cur.execute(
-                    "SELECT uid FROM im_conv_mute WHERE conv_id=%s "
-                    f"AND uid IN ({','.join(['%s'] * len(part))}) AND until_ms > %s",
-                    (conv_id, *part, now_ms),
+                    muted_sql(len(part), "%s"), (*(v for pair in part for v in pair), now_ms)
                 )
-                found.update(int(u) for (u,) in await cur.fetchall())
+                found.update((int(c), int(u)) for c, u in await cur.fetchall())
             return found
 
         return await self._db.run(q, tx=False)

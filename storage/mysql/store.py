@@ -88,6 +88,7 @@ from storage.mysql.shardmap import (
 )
 from storage.mysql.sync import SyncBatcher
 from storage.mysql.transactions import Cursor, Row, Transactions, next_rows, rowcount
+from storage.push import badge_ranges_sql, badge_totals, chunks
 from storage.rules import (
     RecallTarget,
     SendKey,
@@ -1270,5 +1271,42 @@ class MySQLStore:
     async def set_mute(self, conv_id: int, uid: int, until_ms: int) -> None:
         await self._push.set_mute(conv_id, uid, until_ms)
 
-    async def muted(self, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
-        return await self._push.muted(conv_id, uids, now_ms)
+    async def muted(self, pairs: Sequence[tuple[int, int]], now_ms: int) -> set[tuple[int, int]]:
+        return await self._push.muted(pairs, now_ms)
+
+    async def unread_badges(self, uids: Sequence[int]) -> dict[int, int]:
+        """Each server ranks and counts its own conversations (the ranges, then one
+        range scan of each uid's conversations per shard, in one round trip); the merge
+        keeps each uid's BADGE_CONVS most recently active of them all."""
+        parts = chunks(uids)
+        if not parts:
+            return {}
+
+        async def q(cur: Cursor) -> list[tuple[int, int, int, int]]:
+            ranges: list[tuple[int, int, int, int, int]] = []
+            for part in parts:
+                await cur.execute(badge_ranges_sql(len(part), "%s", greatest="GREATEST"), part)
+                ranges.extend(
+                    (int(u), int(a), int(c), int(lo), int(hi))
+                    for u, a, c, lo, hi in await cur.fetchall()
+                )
+            by_uid_shard: dict[tuple[int, str], list[tuple[int, int, int]]] = defaultdict(list)
+            active: dict[tuple[int, int], int] = {}
+            for u, a, c, lo, hi in ranges:
+                by_uid_shard[(u, self.shard_of(c))].append((c, lo, hi))
+                active[(u, c)] = a
+            owners = list(by_uid_shard)
+            statements = [sql.unread_counts(t, u, r) for (u, t), r in by_uid_shard.items()]
+            rows: list[tuple[int, int, int, int]] = []
+            k = 0
+            for query in sql.queries(statements):
+                await cur.execute(query)
+                for m in range(query.count(";") + 1):
+                    found = await cur.fetchall() if m == 0 else await next_rows(cur)
+                    u = owners[k][0]
+                    rows.extend((u, active[(u, int(c))], int(c), int(n)) for c, n in found)
+                    k += 1
+            return rows
+
+        found = await self._each(lambda x: x.db.run(q, tx=False))
+        return badge_totals(r for rows in found for r in rows)

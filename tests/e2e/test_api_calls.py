@@ -29,6 +29,7 @@ from protocol.ops import MsgType
 from tests.conftest import StartGateway
 from tests.support.api import TOKEN, Api
 from tests.support.proc import free_port
+from tests.support.stores import muted_uids
 from tests.support.wire import Wire
 
 pytestmark = pytest.mark.backends("embedded", "production")
@@ -200,9 +201,9 @@ async def test_push_devices_invalid_tokens_and_mutes(start_gateway: StartGateway
     assert muted["until_ms"] == until
     assert gw.node is not None
     now = int(time.time() * 1000)
-    assert await gw.node.store.muted(conv, [5, 6], now) == {5}
+    assert await muted_uids(gw.node.store, conv, [5, 6], now) == {5}
     await api.ok("POST", f"conversations/{conv}/mute", {"uid": 5, "until_ms": 0})
-    assert await gw.node.store.muted(conv, [5, 6], now) == set()
+    assert await muted_uids(gw.node.store, conv, [5, 6], now) == set()
     assert await api.error("POST", f"conversations/{conv}/mute", {"uid": 7, "until_ms": 0}) == (
         403,
         "not_member",

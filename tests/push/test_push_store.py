@@ -15,9 +15,10 @@ from typing import Any
 import aiomysql
 import pytest
 
+from protocol.ops import MsgType
 from storage.embedded import EmbeddedStore
 from storage.embedded.schema import SCHEMA_VERSION as SQLITE_VERSION
-from storage.models import PushDevice
+from storage.models import NewMessage, PushDevice
 from storage.mysql import MySQLSettings
 from storage.mysql.schema import ddl
 from storage.push import MUTE_FOREVER_MS
@@ -26,7 +27,7 @@ from tests.support.services import (
     drop_mysql,
     fresh_mysql,
 )
-from tests.support.stores import T0, Clock, open_store
+from tests.support.stores import T0, Clock, muted_uids, open_store
 
 BIG = 2**64 - 1  # uids are u64: the stores keep the top bit
 PUSH_TABLES = {"im_push_device", "im_conv_mute"}
@@ -157,22 +158,66 @@ async def test_mutes(s: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     await s.store.set_mute(1, 6, 2**64 - 1)  # "for good": kept as the largest time
     await s.store.set_mute(1, BIG, now + 1)
     await s.store.set_mute(2, 7, now + 1000)
-    assert await s.store.muted(1, [5, 6, 7, BIG, 8], now) == {5, 6, BIG}
-    assert await s.store.muted(1, [5, 6, BIG], now + 1) == {5, 6}
-    assert await s.store.muted(1, [5, 6], now + 1000) == {6}
-    assert await s.store.muted(1, [6], MUTE_FOREVER_MS - 1) == {6}
-    assert await s.store.muted(2, [5, 6, 7], now) == {7}
-    assert await s.store.muted(1, [], now) == set()
+    assert await muted_uids(s.store, 1, [5, 6, 7, BIG, 8], now) == {5, 6, BIG}
+    assert await muted_uids(s.store, 1, [5, 6, BIG], now + 1) == {5, 6}
+    assert await muted_uids(s.store, 1, [5, 6], now + 1000) == {6}
+    assert await muted_uids(s.store, 1, [6], MUTE_FOREVER_MS - 1) == {6}
+    assert await muted_uids(s.store, 2, [5, 6, 7], now) == {7}
+    assert await muted_uids(s.store, 1, [], now) == set()
     await s.store.set_mute(1, 5, now + 5000)  # a later end replaces the earlier one
-    assert await s.store.muted(1, [5], now + 2000) == {5}
+    assert await muted_uids(s.store, 1, [5], now + 2000) == {5}
     await s.store.set_mute(1, 5, 0)  # unmute
     await s.store.set_mute(1, 6, now - 1)  # a time past unmutes too
     await s.store.set_mute(1, 8, 0)  # nothing to unmute
-    assert await s.store.muted(1, [5, 6, 8], now) == set()
-    monkeypatch.setattr("storage.push.UIDS_PER_QUERY", 2)
+    assert await muted_uids(s.store, 1, [5, 6, 8], now) == set()
+    monkeypatch.setattr("storage.push.PAIRS_PER_QUERY", 2)
     for uid in range(100, 105):
         await s.store.set_mute(3, uid, now + 10)
-    assert await s.store.muted(3, [*range(99, 106), 101], now) == set(range(100, 105))
+    assert await muted_uids(s.store, 3, [*range(99, 106), 101], now) == set(range(100, 105))
+    # one call asks about several conversations at once
+    await s.store.set_mute(2, 5, now + 10)
+    asked = [(1, 6), (2, 6), (2, 7), (3, 7), (3, 101), (2, 5), (1, 5), (2**63 - 1, 6)]
+    assert await s.store.muted(asked, now) == {(2, 7), (3, 101), (2, 5)}
+
+
+async def test_badges(s: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A push event's badge: the messages from others that count as unread above the
+    uid's read position, in the conversations it is still a member of, at most the latest
+    BADGE_SCAN of each, over its BADGE_CONVS most recently active conversations."""
+    a, b, c = 1, 2, BIG
+    ab = await s.store.open_p2p(a, b)
+    ac = await s.store.open_p2p(a, c)
+    group, _ = await s.store.create_group(b, "g", [b, a, c])  # its system message: not unread
+
+    async def send(conv: int, sender: int, n: int) -> int:
+        seq = 0
+        for _ in range(n):
+            s.clock.ms += 1
+            (res,) = await s.store.append(
+                [NewMessage(conv, sender, f"m{s.clock.ms}", MsgType.TEXT, b"x")]
+            )
+            assert res.message is not None
+            seq = res.message.seq
+        return seq
+
+    await send(ab, b, 3)
+    last = await send(ab, a, 2)  # a's own: not unread for a
+    await send(ac, c, 4)
+    await send(group, c, 1)
+    assert await s.store.unread_badges([a, b, c, 99]) == {a: 8, b: 3}
+    await s.store.set_read(ab, a, last)
+    await s.store.set_read(ab, b, last)
+    await send(ac, a, 2)
+    assert await s.store.unread_badges([a, b, c]) == {a: 5, b: 1, c: 2}
+    s.clock.ms += 1
+    await s.store.change_members(group, a, [], [a])  # a left: the group counts no more
+    assert await s.store.unread_badges([a, b]) == {a: 4, b: 1}
+    monkeypatch.setattr("storage.push.BADGE_SCAN", 5)  # ac: a's 2 are the latest of 6
+    assert await s.store.unread_badges([a]) == {a: 3}
+    await send(ab, b, 1)  # ab the most recently active
+    monkeypatch.setattr("storage.push.BADGE_CONVS", 1)
+    assert await s.store.unread_badges([a]) == {a: 1}
+    assert await s.store.unread_badges([]) == {}
 
 
 async def test_an_embedded_store_of_schema_6_gets_the_push_tables(tmp_path: Path) -> None:

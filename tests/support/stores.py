@@ -5,7 +5,7 @@ fresh, on a clock the test moves."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +56,9 @@ async def open_store(kind: str, clock: Clock, tmp_path: Path) -> AsyncIterator[A
         if redis_url:
             await client.aclose()
             await drop_redis(redis_url)
+
+
+async def muted_uids(store: Any, conv_id: int, uids: Sequence[int], now_ms: int) -> set[int]:
+    """Those of `uids` who muted `conv_id` until after `now_ms`."""
+    found: set[tuple[int, int]] = await store.muted([(conv_id, u) for u in uids], now_ms)
+    return {u for c, u in found if c == conv_id}
