@@ -49,7 +49,7 @@ from bench.send import CONNECT_CONCURRENCY, DRAIN_S
 from bench.send import SCENARIOS as SEND_SCENARIOS
 from bench.send import check as check_send
 from bench.wsclient import parse_ws_addr
-from gateway.hostport import split_host_port
+from gateway.net.hostport import split_host_port
 from gateway.redact import redact_argv, redact_url
 
 SCENARIOS = ("connect", "chat", "group", "storm", "offline")
@@ -360,10 +360,10 @@ def run_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """Run scenario `args.scenario` once, on the gateway under test that `Run` spawns or
     attaches to; its result and exit status."""
     from bench.connect import default_workers, run_connect, run_storm
-    from bench.limits import raise_nofile
     from bench.offline import run_offline
     from bench.run import Run
     from bench.send import run_send
+    from gateway.net.openfiles import raise_nofile
 
     raise_nofile()  # inherited by the gateway
     send = args.scenario in SEND_SCENARIOS

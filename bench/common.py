@@ -79,7 +79,7 @@ def run_generator(idx: int, main: Coroutine[Any, Any, None], out: Any) -> None:
     raised, `main` runs on uvloop, and a failure is reported to the driver as
     ("error", idx, text) before the process exits 1."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from bench.limits import raise_nofile
+    from gateway.net.openfiles import raise_nofile
 
     raise_nofile()
     import uvloop

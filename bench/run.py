@@ -21,7 +21,7 @@ from bench.common import BenchError, Gateway, GatewaySpec, Sampler, find_pid, lo
 from bench.fleet import FleetView
 from bench.serve import free_port
 from bench.wsclient import WS_PATH, parse_ws_addr
-from gateway.hostport import split_host_port
+from gateway.net.hostport import split_host_port
 
 
 def test_certificate(workdir: Path) -> list[str]:

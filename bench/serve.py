@@ -44,7 +44,7 @@ _PROBE = encode(Ping())  # before LOGIN: answered ERROR not_logged_in, then clos
 def serving(host: str, port: int, timeout: float = 0.5) -> bool:
     """Whether a gateway serves on `host`:`port`: it answers (or closes) a connection
     that sends PING before LOGIN. An open port proves nothing: a node binds it before it
-    opens its backends (gateway/listen.py), and connections wait in the backlog meanwhile.
+    opens its backends (gateway/net/listen.py), and connections wait in the backlog meanwhile.
     A TLS port answers the plaintext with an alert or a close, which counts too."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:

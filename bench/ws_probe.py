@@ -6,7 +6,7 @@ a SEND with the same bytes (an echo, for the per-message figure), and does nothi
 Each binary WebSocket message carries one frame body, no LEN (docs/protocol.md). Kinds:
 
 - `websockets`: the library's sans-I/O `ServerProtocol` on a bare non-blocking socket
-  watched with `loop.add_reader` (gateway.fdtransport's `FdServer`, as the gateway's
+  watched with `loop.add_reader` (gateway.net.fdtransport's `FdServer`, as the gateway's
   plain-TCP connections);
 - `wsproto`: wsproto's sans-I/O `WSConnection`, on the same bare sockets;
 
@@ -52,7 +52,6 @@ from urllib.parse import urlsplit
 import uvloop
 
 from bench.common import CLK_TCK, proc_cpu_split, proc_rss
-from bench.limits import raise_nofile
 from bench.wsclient import (
     OP_BINARY,
     PING_BODY,
@@ -63,6 +62,7 @@ from bench.wsclient import (
     WsWire,
     read_frames,
 )
+from gateway.net.openfiles import raise_nofile
 from protocol.codec import encode_body, frame_bytes
 from protocol.frames import Login, LoginOk, Send
 from protocol.ops import Op
@@ -272,7 +272,7 @@ async def _aiohttp(listener: socket.socket) -> None:
 
 
 async def serve(kind: str, host: str, port: int) -> None:
-    from gateway.fdtransport import FdServer
+    from gateway.net.fdtransport import FdServer
 
     loop = asyncio.get_running_loop()
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -61,7 +61,7 @@ class WsError(Exception):
 
 def parse_ws_addr(addr: str) -> tuple[str, int, str]:
     """(host, port, path) of `ws://HOST:PORT/PATH` or of `HOST:PORT` (path /ws)."""
-    from gateway.hostport import split_host_port
+    from gateway.net.hostport import split_host_port
 
     if "://" not in addr:
         host, port = split_host_port(addr, default_host="127.0.0.1")

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Final
 
 from gateway import dbprune
 from gateway.config import DEFAULT_DATA_DIR, Config, ConfigError, is_loopback, load
-from gateway.hostport import split_host_port
-from gateway.listen import BACKLOG, bind_listener
+from gateway.net.hostport import split_host_port
+from gateway.net.listen import BACKLOG, bind_listener
 from gateway.redact import config_secrets, redact_text, remember, url_secrets
 from protocol.token import DEVICE_RE, KID_RE, sign_token
 
@@ -258,7 +258,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         return supervise(cfg)
     # The port first, before the server's modules are imported and its backends opened:
-    # a client connecting meanwhile waits instead of being refused (gateway/listen.py).
+    # a client connecting meanwhile waits instead of being refused (gateway/net/listen.py).
     try:
         listener = bind_listener(cfg.host, cfg.port, reuse_port=False, backlog=BACKLOG)
     except OSError as e:

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from gateway.hostport import split_host_port
 from gateway.http.keys import parse_api_keys
+from gateway.net.hostport import split_host_port
 from protocol.ops import MAX_CONTENT_DEFAULT, MAX_FRAME_DEFAULT
 from protocol.token import KeyRing
 
@@ -65,7 +65,7 @@ class Config:
     # TLS on the client port: a PEM certificate chain and its private key (both or none)
     tls_cert: str = ""
     tls_key: str = ""
-    # WebSocket clients (gateway/websocket.py) at ws://ws_listen/ws (wss:// with the TLS
+    # WebSocket clients (gateway/net/websocket.py) at ws://ws_listen/ws (wss:// with the TLS
     # above), and the browser chat page at its /. "" = no WebSocket listener.
     ws_listen: str = ""
     # Browser origins that may open a WebSocket: "*" (any), or comma-separated origins;
@@ -96,7 +96,7 @@ class Config:
     # Logged-in connections (devices) of one uid on this node (0 = unlimited).
     max_connections_per_uid: int = 16
     # Plain-TCP client connections as bare file descriptors ("fd", the default,
-    # gateway/fdtransport.py: ~530 bytes fewer an idle connection), or on uvloop's
+    # gateway/net/fdtransport.py: ~530 bytes fewer an idle connection), or on uvloop's
     # transports ("uvloop"). TLS connections are always on uvloop's.
     client_transport: str = "fd"
     max_write_buffer: int = 1 << 20  # a connection with more unsent bytes is slow_consumer

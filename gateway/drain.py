@@ -20,7 +20,7 @@ from typing import Final
 import aiohttp
 from yarl import URL
 
-from gateway.hostport import split_host_port
+from gateway.net.hostport import split_host_port
 
 POLL_S = 0.2
 REQUEST_TIMEOUT_S: Final = 10.0

@@ -27,7 +27,7 @@ _BUS_COUNTERS: Final = (
 
 
 class HandshakeCounts(Protocol):
-    """TLS handshakes (gateway.tls.HandshakeStats): completed, and failed by reason."""
+    """TLS handshakes (gateway.net.tls.HandshakeStats): completed, and failed by reason."""
 
     completed: int
     failed: dict[str, int]
@@ -158,7 +158,7 @@ class Metrics:
         self.registry.register(_HooksCollector(hooks))
 
     def watch_tls(self, handshakes: HandshakeCounts, not_after: float | None) -> None:
-        """With --tls-cert (gateway/tls.py): the handshake counters, and when the served
+        """With --tls-cert (gateway/net/tls.py): the handshake counters, and when the served
         certificate expires (only a node with TLS has them, so an alert on the expiry
         never fires for one without)."""
         self.registry.register(_TlsCollector(handshakes))

@@ -1,7 +1,7 @@
 """The gateway server: opens the backends, listens, and shuts down in a fixed order.
 
 The client port is bound first, before the backends are opened, and accepted from once
-they are (gateway/listen.py): a client that connects meanwhile waits instead of being
+they are (gateway/net/listen.py): a client that connects meanwhile waits instead of being
 refused.
 
 Drain (SIGTERM, SIGINT, `imgw drain`): stop accepting -> KICK draining (with the
@@ -34,20 +34,20 @@ import uvloop
 
 from gateway.config import REDIS_URLS, Config, ConfigError
 from gateway.connection import Connection
-from gateway.fdtransport import FdServer
 from gateway.gctune import quiet_gc
-from gateway.hostport import split_host_port
 from gateway.http.admin import AdminServer
 from gateway.http.media import MediaListener
-from gateway.limits import connection_cap, raise_nofile
-from gateway.listen import BACKLOG, bind_listener
 from gateway.logs import configure
 from gateway.media import Media
+from gateway.net.fdtransport import FdServer
+from gateway.net.hostport import split_host_port
+from gateway.net.listen import BACKLOG, bind_listener
+from gateway.net.openfiles import connection_cap, raise_nofile
+from gateway.net.tls import CHECK_EVERY_S, CertificateWatch, summary
+from gateway.net.websocket import WS_PATH, WsPolicy, WsTransport, load_pages
 from gateway.node import PACE_STEP_S, Node, due_by
 from gateway.periodic import Periodic
 from gateway.redact import config_secrets, redact_url, remember
-from gateway.tls import CHECK_EVERY_S, CertificateWatch, summary
-from gateway.websocket import WS_PATH, WsPolicy, WsTransport, load_pages
 from protocol.ops import KickReason
 from storage.errors import BackendUnavailable
 from storage.factory import Backends, open_backends
@@ -68,7 +68,7 @@ class Server:
     """`listener`: the client port's socket, bound already (a supervisor's first start of
     its workers). Without one a single node binds it first thing in `start`, before
     its backends are opened, and a worker (`reuse_port`) binds it once it is ready
-    (gateway/listen.py says why)."""
+    (gateway/net/listen.py says why)."""
 
     def __init__(
         self,
@@ -167,7 +167,7 @@ class Server:
             )
         if bare and listener is not None:
             # --client-transport fd: connections as bare file descriptors
-            # (gateway/fdtransport.py), about 530 bytes fewer each than uvloop's.
+            # (gateway/net/fdtransport.py), about 530 bytes fewer each than uvloop's.
             fd_server = FdServer(loop, listener, node.protocol_factory)
             fd_server.start()
             self._server = fd_server
@@ -219,7 +219,7 @@ class Server:
         )
 
     async def _start_ws(self, node: Node, tls: ssl.SSLContext | None) -> None:
-        """The WebSocket listener (gateway/websocket.py): bare file descriptors like the
+        """The WebSocket listener (gateway/net/websocket.py): bare file descriptors like the
         client port, uvloop's transports with TLS."""
         cfg = self.config
         host, port = split_host_port(cfg.ws_listen, any_port=True)

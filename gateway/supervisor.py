@@ -5,7 +5,7 @@ leased snowflake worker id) listening on the same port with SO_REUSEPORT, so the
 spreads new connections over them. On its own start the supervisor binds each worker's
 socket before anything else and hands it over at the fork, so that connections made
 while the workers open their backends wait in the backlogs instead of being refused
-(gateway/listen.py); it keeps no copy. Otherwise it holds no sockets and no backends; it
+(gateway/net/listen.py); it keeps no copy. Otherwise it holds no sockets and no backends; it
 forks the workers, restarts one that exits while the supervisor is not stopping (after a
 crash with exponential backoff; after a clean exit, such as an `imgw drain` of that one
 worker, at once: a rolling restart), and on SIGTERM or SIGINT forwards SIGTERM to every
@@ -35,8 +35,8 @@ from typing import Final
 import structlog
 
 from gateway.config import Config
-from gateway.listen import BACKLOG, bind_listener
 from gateway.logs import configure
+from gateway.net.listen import BACKLOG, bind_listener
 
 _STOP_SIGNALS: Final = {signal.SIGTERM, signal.SIGINT}
 FAST_FAIL_S: Final = 10.0

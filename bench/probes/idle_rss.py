@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import log, run_generator, set_log_name
-from bench.limits import raise_nofile
 from bench.loadclient import login_frame, raw_frames
 from bench.serve import ServeError, ServeProcess, free_port
+from gateway.net.openfiles import raise_nofile
 from protocol.ops import Op
 
 KID = "bench"

@@ -4,7 +4,7 @@ TCP transport against a bare socket watched with `loop.add_reader`.
 The gateway's idle connection costs ~2,025 B, 1,225 B of it uvloop's transport, and a
 PING ~18 µs, most of it kernel time (docs/decisions.md, "Plain-TCP
 connections are bare file descriptors"). This measures what a transport of one's own saves
-(gateway/fdtransport.py is the gateway's): a server that
+(gateway/net/fdtransport.py is the gateway's): a server that
 answers LOGIN with LOGIN_OK (the token is not checked) and PING with PONG, and does
 nothing else, in one of two ways:
 
@@ -34,7 +34,7 @@ from typing import Final
 
 import uvloop
 
-from bench.limits import raise_nofile
+from gateway.net.openfiles import raise_nofile
 from protocol.codec import encode
 from protocol.frames import LoginOk, Ping, Pong
 from protocol.ops import Op

@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from typing import Final, Protocol
 from urllib.parse import urlsplit
 
-from gateway.certinfo import describe as describe_names
-from gateway.certinfo import parse_der
 from gateway.client.errors import ClientError, ConnectionLost
 from gateway.client.wsstream import WsStream, check_ws_url, is_ws_url
-from gateway.hostport import Address as Address
-from gateway.hostport import split_host_port
+from gateway.net.certinfo import describe as describe_names
+from gateway.net.certinfo import parse_der
+from gateway.net.hostport import Address as Address
+from gateway.net.hostport import split_host_port
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder, Side
 from protocol.errors import FrameError

@@ -15,7 +15,7 @@ from fnmatch import fnmatch
 from html.parser import HTMLParser
 from pathlib import Path
 
-from gateway.websocket import load_pages
+from gateway.net.websocket import load_pages
 
 REPO = Path(__file__).resolve().parents[2]
 JS = REPO / "clients" / "js"

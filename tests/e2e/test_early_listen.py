@@ -1,4 +1,4 @@
-"""The client port is bound before the backends are opened (gateway/listen.py): a client
+"""The client port is bound before the backends are opened (gateway/net/listen.py): a client
 that connects while a node starts waits in the backlog and is served once the node is
 ready, instead of being refused and backing off."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.listen import bind_listener
+from gateway.net.listen import bind_listener
 from gateway.node import Node
 from gateway.server import Server
 from gateway.supervisor import Supervisor

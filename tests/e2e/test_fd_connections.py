@@ -1,5 +1,5 @@
 """Plain-TCP connections as bare file descriptors (`--client-transport fd`,
-gateway/fdtransport.py): what the gateway relied on uvloop's transports for still holds."""
+gateway/net/fdtransport.py): what the gateway relied on uvloop's transports for still holds."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from gateway.fdtransport import FdTransport
+from gateway.net.fdtransport import FdTransport
 from protocol.frames import Login, LoginOk, Ping, Pong
 from tests.conftest import StartGateway
 from tests.support.wire import Wire, token

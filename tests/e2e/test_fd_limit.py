@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gateway.limits import connection_cap
+from gateway.net.openfiles import connection_cap
 from protocol.frames import Ping, Pong
 from tests.e2e.test_admin import http
 from tests.support.proc import GatewayProcess, free_port

@@ -1,4 +1,4 @@
-"""The served certificate's names and expiry (gateway.certinfo, gateway.tls) and the
+"""The served certificate's names and expiry (gateway.net.certinfo, gateway.net.tls) and the
 handshake counters, on in-memory TLS (no socket): what the operator is told."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import trustme
 
-from gateway.certinfo import CertInfo, describe, parse_der, read_pem
 from gateway.metrics import Metrics
-from gateway.tls import (
+from gateway.net.certinfo import CertInfo, describe, parse_der, read_pem
+from gateway.net.tls import (
     EXPIRY_WARN_DAYS,
     CertificateWatch,
     HandshakeStats,

@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from gateway.certinfo import CertInfo, describe, read_pem
 from gateway.metrics import Metrics
+from gateway.net.certinfo import CertInfo, describe, read_pem
 
 EXPIRY_WARN_DAYS: Final = 14
 CHECK_EVERY_S: Final = 86_400.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.limits import FD_RESERVE, connection_cap
+from gateway.net.openfiles import FD_RESERVE, connection_cap
 
 
 def test_the_limit_minus_the_reserve() -> None:
