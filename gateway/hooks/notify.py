@@ -17,7 +17,7 @@ from typing import Any
 
 from gateway.hooks.post import JsonPost
 from gateway.hooks.queue import Owed
-from gateway.jsonout import message_json, out_id
+from gateway.http.jsonout import message_json, out_id
 from storage.models import StoredMessage
 
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.hooks.post import JsonPost
 from gateway.hooks.queue import Owed
-from gateway.jsonout import message_json, out_id
+from gateway.http.jsonout import message_json, out_id
 from storage.models import PushDevice
 from storage.rules import counts_as_unread
 

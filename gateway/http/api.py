@@ -31,8 +31,8 @@ from gateway.handlers.base import RequestError
 from gateway.handlers.messaging import MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX
 from gateway.handlers.receipts import PRESENCE_MAX_UIDS
 from gateway.handlers.sync import CONV_LIMIT_DEFAULT, CONV_LIMIT_MAX
+from gateway.http.jsonout import message_json, out_id
 from gateway.http.keys import MANAGE, MODERATE, PUSH, READ, SEND, Caller
-from gateway.jsonout import message_json, out_id
 from protocol.codec import encode
 from protocol.frames import (
     ConvOk,

@@ -22,8 +22,8 @@ from gateway.handlers.messaging import MSG_LIMIT_DEFAULT, MSG_LIMIT_MAX
 from gateway.handlers.receipts import PRESENCE_MAX_UIDS
 from gateway.handlers.sync import CONV_LIMIT_DEFAULT, CONV_LIMIT_MAX
 from gateway.http import api
+from gateway.http.jsonout import JSON_SAFE_MAX
 from gateway.http.keys import KEY_SCOPES
-from gateway.jsonout import JSON_SAFE_MAX
 from protocol.ops import CLIENT_MSG_ID_MAX_BYTES, CLIENT_MSG_TYPES, MAX_U64, KickReason
 
 Schema = dict[str, Any]

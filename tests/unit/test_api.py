@@ -9,7 +9,7 @@ import pytest
 
 from gateway import envelope
 from gateway.http.api import STATUS, ApiError, Bucket, Call, as_id, content_of
-from gateway.jsonout import JSON_SAFE_MAX, out_id
+from gateway.http.jsonout import JSON_SAFE_MAX, out_id
 from protocol.frames import Error, Ok
 from protocol.ops import ErrorCode, KickReason
 

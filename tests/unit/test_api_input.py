@@ -16,8 +16,8 @@ import pytest
 
 from gateway.config import Config
 from gateway.http import api
+from gateway.http.jsonout import message_json
 from gateway.http.keys import ADMIN_SCOPES, Caller
-from gateway.jsonout import message_json
 from gateway.logs import Throttle
 from gateway.metrics import Metrics
 from protocol.ops import MsgType
