@@ -25,7 +25,7 @@ import pytest
 import uvloop
 
 from bench.serve import ServeProcess, free_port
-from gateway.chatview import render
+from gateway.chat.view import render
 from gateway.client import (
     Client,
     ClientError,

@@ -1,5 +1,5 @@
-"""`imgw chat`'s session and receipts without a gateway (gateway/chatsession.py,
-gateway/chatview.py): the orders of lines that races between the sender, the incoming
+"""`imgw chat`'s session and receipts without a gateway (gateway/chat/session.py,
+gateway/chat/view.py): the orders of lines that races between the sender, the incoming
 loop and the connection decide, forced one way."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any, cast
 import msgpack
 import pytest
 
-from gateway.chatsession import ChatSession
-from gateway.chatview import Receipts, removal
+from gateway.chat.session import ChatSession
+from gateway.chat.view import Receipts, removal
 from gateway.client import Client
 from gateway.client.inbox import ClientStats
 from protocol.frames import LoginOk, Push, ReadNotify, SendAck
@@ -134,7 +134,7 @@ def test_receipts_name_each_reader_once() -> None:
 
 
 def test_receipts_forget_old_messages(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gateway.chatview as view
+    import gateway.chat.view as view
 
     monkeypatch.setattr(view, "OWN_KEPT", 2)
     r = Receipts()

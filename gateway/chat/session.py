@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Final
 
-from gateway.chatmedia import media_key_in, send_file
-from gateway.chatview import Receipts, quote, removal, render, render_notice
+from gateway.chat.files import media_key_in, send_file
+from gateway.chat.view import Receipts, quote, removal, render, render_notice
 from gateway.client import Client, ClientError, Event, SessionEnded, kick_name
 from protocol.frames import Error, Kick, MsgRecord, Notice, Push, ReadNotify
 from protocol.ops import KickReason, MsgType

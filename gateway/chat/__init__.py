@@ -2,7 +2,7 @@
 
 It mints its own token (the dev key unless told otherwise), opens a p2p conversation or
 uses a group, prints the last messages, then sends every stdin line and prints what
-arrives (gateway.chatsession; how things look: gateway.chatview). Reading stdin happens
+arrives (gateway.chat.session; how things look: gateway.chat.view). Reading stdin happens
 on a daemon thread, so it works the same from a terminal, a pipe or a file.
 """
 
@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Final
 
-from gateway.chatsession import ChatSession, say, start_stdin_reader
+from gateway.chat.session import ChatSession, say, start_stdin_reader
 from gateway.client import Client, ClientError, ConnectionLost, parse_addresses
 from gateway.client.link import TlsMismatch
 from protocol.token import DEVICE_RE, sign_token
