@@ -11,11 +11,6 @@ transaction, call it, and write what it decided.
   within one millisecond or after the clock stepped back.
 - A mute lasts until `until_ms`; 0, or a time already past, unmutes (the row goes).
   Times beyond what a signed 64-bit column holds are kept as `MUTE_FOREVER_MS`.
-- A push event's badge (`unread_badges`) is bounded, so that building events costs the
-  same whatever a user left unread: it sums, over the user's BADGE_CONVS most recently
-  active conversations with anything above their read position, the messages that
-  count as unread among each one's latest BADGE_SCAN (so a conversation adds at most
-  BADGE_SCAN: an app shows "99+"). Messages moved to the archive tier are not counted.
 """
 
 from __future__ import annotations
@@ -25,14 +20,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from storage.rules import unread_types_sql
-
 PUSH_DEVICES_MAX: Final = 10  # registrations kept per uid (docs/protocol.md)
 MUTE_FOREVER_MS: Final = (1 << 63) - 1
 UIDS_PER_QUERY: Final = 1_000  # push_devices and unread_badges ask about this many uids a query
 PAIRS_PER_QUERY: Final = 500  # muted asks about this many (conv_id, uid) a query
-BADGE_CONVS: Final = 100  # a badge counts this many of a user's conversations
-BADGE_SCAN: Final = 100  # and, in each, the unread among its latest this many messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,45 +79,3 @@ def muted_sql(pairs: int, mark: str) -> str:
     conv_id, uid for each pair, then the time. Each pair is a primary-key lookup."""
     keys = " OR ".join([f"(conv_id={mark} AND uid={mark})"] * pairs)
     return f"SELECT conv_id, uid FROM im_conv_mute WHERE ({keys}) AND until_ms > {mark}"
-
-
-def badge_ranges_sql(uids: int, mark: str, *, greatest: str) -> str:
-    """For `uids` uids (the parameters), rows (uid, last_active_ms, conv_id, lo, hi) of
-    their BADGE_CONVS most recently active conversations with messages above their read
-    position: the seqs lo < seq <= hi are those a badge counts in (the latest
-    BADGE_SCAN above the read position; no subtraction below zero, for MySQL's unsigned
-    columns). `greatest` is the engine's two-argument maximum."""
-    return f"""SELECT uid, last_active, conv_id, lo, hi FROM (
-  SELECT m.uid AS uid, m.conv_id AS conv_id, s.last_active_ms AS last_active,
-    {greatest}(m.read_seq + {BADGE_SCAN}, s.max_seq) - {BADGE_SCAN} AS lo, s.max_seq AS hi,
-    ROW_NUMBER() OVER (PARTITION BY m.uid
-                       ORDER BY s.last_active_ms DESC, m.conv_id DESC) AS n
-  FROM im_conv_member m JOIN im_conv_seq s ON s.conv_id = m.conv_id
-  WHERE m.uid IN ({",".join([mark] * uids)}) AND m.left_seq IS NULL
-    AND s.max_seq > m.read_seq
-) r WHERE n <= {BADGE_CONVS}"""
-
-
-def badge_sql(uids: int, mark: str, *, greatest: str) -> str:
-    """`badge_ranges_sql` counted where the messages are in the same database: rows
-    (uid, last_active_ms, conv_id, unread), each count one bounded range of the
-    (conv_id, seq) index."""
-    ranges = badge_ranges_sql(uids, mark, greatest=greatest)
-    return f"""SELECT r.uid, r.last_active, r.conv_id, COUNT(*) FROM ({ranges}) r
-JOIN im_message x ON x.conv_id = r.conv_id AND x.seq > r.lo AND x.seq <= r.hi
-WHERE x.sender_uid <> r.uid AND {unread_types_sql("x.msg_type")}
-GROUP BY r.uid, r.last_active, r.conv_id"""
-
-
-def badge_totals(rows: Iterable[tuple[int, int, int, int]]) -> dict[int, int]:
-    """Each uid's badge from rows (uid, last_active_ms, conv_id, unread) of one server or
-    several: the counts of its BADGE_CONVS most recently active conversations, summed."""
-    per_uid: dict[int, list[tuple[int, int, int]]] = {}
-    for uid, last_active, conv_id, n in rows:
-        per_uid.setdefault(uid, []).append((last_active, conv_id, n))
-    out: dict[int, int] = {}
-    for uid, convs in per_uid.items():
-        if len(convs) > BADGE_CONVS:
-            convs = sorted(convs, reverse=True)[:BADGE_CONVS]
-        out[uid] = sum(n for _, _, n in convs)
-    return out

@@ -9,10 +9,16 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
+from storage.badges import (
+    BadgeCounts,
+    Span,
+    Window,
+    count_one_sql,
+    spans,
+    windows_sql,
+)
 from storage.models import PushDevice
 from storage.push import (
-    badge_sql,
-    badge_totals,
     chunks,
     mute_until,
     muted_sql,
@@ -22,6 +28,7 @@ from storage.push import (
 
 _I64_MAX: Final = (1 << 63) - 1
 _COLS: Final = "uid, device, provider, token, preview, locale, updated_ms"
+_COUNT_SQL: Final = count_one_sql("?")
 
 
 def _s(uid: int) -> int:
@@ -118,11 +125,19 @@ def muted(
     return found
 
 
-def unread_badges(conn: sqlite3.Connection, uids: Sequence[int]) -> dict[int, int]:
-    rows: list[tuple[int, int, int, int]] = []
-    for part in chunks(uids):
-        for u, active, c, n in conn.execute(
-            badge_sql(len(part), "?", greatest="MAX"), tuple(map(_s, part))
+def unread_badges(
+    conn: sqlite3.Connection, uids: Sequence[int], counts: BadgeCounts
+) -> dict[int, int]:
+    windows: list[Window] = []
+    for ids in chunks(uids):
+        for uid, active, conv_id, lo, hi in conn.execute(
+            windows_sql(len(ids), "?", greatest="MAX"), tuple(map(_s, ids))
         ):
-            rows.append((_u(u), int(active), int(c), int(n)))
-    return badge_totals(rows)
+            windows.append(Window(_u(uid), int(conv_id), int(active), int(lo), int(hi)))
+    plans = counts.plan(windows)
+    needed = spans(plans)
+    counted: dict[Span, int] = {}
+    for span in needed:  # one prepared statement, SQLite's statement cache keeps it
+        uid, conv_id, lo, hi = span
+        (counted[span],) = conn.execute(_COUNT_SQL, (conv_id, lo, hi, _s(uid))).fetchone()
+    return counts.badges(plans, counted)

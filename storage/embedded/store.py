@@ -30,6 +30,7 @@ from storage.archive.index_sqlite import (
     ArchiveFile,
     indexed_files,
 )
+from storage.badges import BadgeCounts
 from storage.embedded import push
 from storage.embedded.schema import connect, migrate
 from storage.errors import StoreUnavailable
@@ -152,6 +153,7 @@ class EmbeddedStore:
         self._ckpt_due = 0.0  # writer thread: when the next checkpoint may be asked for
         self._ckpt_running = False
         self._seqs: dict[int, int] = {}  # writer thread only
+        self._badges = BadgeCounts()  # push badges' last counts (storage/badges.py)
         self._seq_undo: dict[int, int | None] = {}  # this transaction's seqs before it
         # Member rows of recently used conversations (event loop only), least recently
         # used first, at most MEMBER_CACHE_ROWS rows in all.
@@ -946,6 +948,6 @@ class EmbeddedStore:
 
         def q() -> dict[int, int]:
             assert self._rconn is not None
-            return push.unread_badges(self._rconn, uids)
+            return push.unread_badges(self._rconn, uids, self._badges)
 
         return await self._r(q)

@@ -45,6 +45,16 @@ from asyncmy import errors as db_errors
 from protocol.ops import ConvKind, MsgType
 from storage.archive import tiered
 from storage.archive.index_sqlite import FILES_SQL, ArchiveFile, indexed_files
+from storage.badges import (
+    RANGES_PER_QUERY,
+    BadgeCounts,
+    Plan,
+    Span,
+    Window,
+    count_sql,
+    spans,
+    windows_sql,
+)
 from storage.errors import StoreUnavailable
 from storage.hooks import (
     ADOPT_ROWS_PER_QUERY,
@@ -88,7 +98,7 @@ from storage.mysql.shardmap import (
 )
 from storage.mysql.sync import SyncBatcher
 from storage.mysql.transactions import Cursor, Row, Transactions, next_rows, rowcount
-from storage.push import badge_ranges_sql, badge_totals, chunks
+from storage.push import chunks
 from storage.rules import (
     RecallTarget,
     SendKey,
@@ -189,6 +199,7 @@ class MySQLStore:
         self._push = MySQLPushRegistry(self._db, clock)
         self._syncs = SyncBatcher(self._db, self.shard_of)
         self._appends = GroupCommit(self._db, self.shard_of, self._ids, clock, self._outbox)
+        self._badges = BadgeCounts()  # push badges' last counts (storage/badges.py)
         # The metadata database's server; with no shard map, the only one.
         self._home = _Server(self._db, self._appends, self._syncs, self._outbox)
         replica = replica_settings(settings)
@@ -1275,38 +1286,39 @@ class MySQLStore:
         return await self._push.muted(pairs, now_ms)
 
     async def unread_badges(self, uids: Sequence[int]) -> dict[int, int]:
-        """Each server ranks and counts its own conversations (the ranges, then one
-        range scan of each uid's conversations per shard, in one round trip); the merge
-        keeps each uid's BADGE_CONVS most recently active of them all."""
+        """Each server lists the windows of its own conversations and counts them, one
+        statement per shard in one round trip (storage/badges.py); a uid's badge keeps
+        its BADGE_CONVS most recently active windows of them all."""
         parts = chunks(uids)
         if not parts:
             return {}
 
-        async def q(cur: Cursor) -> list[tuple[int, int, int, int]]:
-            ranges: list[tuple[int, int, int, int, int]] = []
+        async def q(cur: Cursor) -> list[Plan]:
+            windows: list[Window] = []
             for part in parts:
-                await cur.execute(badge_ranges_sql(len(part), "%s", greatest="GREATEST"), part)
-                ranges.extend(
-                    (int(u), int(a), int(c), int(lo), int(hi))
+                await cur.execute(windows_sql(len(part), "%s", greatest="GREATEST"), part)
+                windows.extend(
+                    Window(int(u), int(c), int(a), int(lo), int(hi))
                     for u, a, c, lo, hi in await cur.fetchall()
                 )
-            by_uid_shard: dict[tuple[int, str], list[tuple[int, int, int]]] = defaultdict(list)
-            active: dict[tuple[int, int], int] = {}
-            for u, a, c, lo, hi in ranges:
-                by_uid_shard[(u, self.shard_of(c))].append((c, lo, hi))
-                active[(u, c)] = a
-            owners = list(by_uid_shard)
-            statements = [sql.unread_counts(t, u, r) for (u, t), r in by_uid_shard.items()]
-            rows: list[tuple[int, int, int, int]] = []
-            k = 0
+            plans = self._badges.plan(windows)
+            by_shard: dict[str, list[Span]] = defaultdict(list)
+            for span in spans(plans):
+                by_shard[self.shard_of(span[1])].append(span)
+            statements: list[str] = []
+            order: list[Span] = []
+            for table, found in by_shard.items():
+                for i in range(0, len(found), RANGES_PER_QUERY):
+                    part_spans = found[i : i + RANGES_PER_QUERY]
+                    statements.append(count_sql(part_spans, table, len(order)))
+                    order += part_spans
             for query in sql.queries(statements):
                 await cur.execute(query)
                 for m in range(query.count(";") + 1):
-                    found = await cur.fetchall() if m == 0 else await next_rows(cur)
-                    u = owners[k][0]
-                    rows.extend((u, active[(u, int(c))], int(c), int(n)) for c, n in found)
-                    k += 1
-            return rows
+                    rows = await cur.fetchall() if m == 0 else await next_rows(cur)
+                    counted.update((order[int(k)], int(n)) for k, n in rows)
+            return plans
 
-        found = await self._each(lambda x: x.db.run(q, tx=False))
-        return badge_totals(r for rows in found for r in rows)
+        counted: dict[Span, int] = {}
+        found: list[list[Plan]] = await self._each(lambda x: x.db.run(q, tx=False))
+        return self._badges.badges([p for plans in found for p in plans], counted)

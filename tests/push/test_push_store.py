@@ -212,10 +212,10 @@ async def test_badges(s: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     s.clock.ms += 1
     await s.store.change_members(group, a, [], [a])  # a left: the group counts no more
     assert await s.store.unread_badges([a, b]) == {a: 4, b: 1}
-    monkeypatch.setattr("storage.push.BADGE_SCAN", 5)  # ac: a's 2 are the latest of 6
+    monkeypatch.setattr("storage.badges.BADGE_SCAN", 5)  # ac: a's 2 are the latest of 6
     assert await s.store.unread_badges([a]) == {a: 3}
     await send(ab, b, 1)  # ab the most recently active
-    monkeypatch.setattr("storage.push.BADGE_CONVS", 1)
+    monkeypatch.setattr("storage.badges.BADGE_CONVS", 1)
     assert await s.store.unread_badges([a]) == {a: 1}
     assert await s.store.unread_badges([]) == {}
 
