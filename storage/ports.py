@@ -203,9 +203,10 @@ class ChatStore(Protocol):
         ...
 
     async def unread_badges(self, uids: Sequence[int]) -> dict[int, int]:
-        """Each uid's push badge (storage/push.py: bounded, over its most recently active
+        """Each uid's push badge (storage/badges.py: bounded, over its most recently active
         conversations; uids with nothing unread omitted): one query per
-        `storage.push.UIDS_PER_QUERY` uids (and server)."""
+        `storage.push.UIDS_PER_QUERY` uids (and server) for the windows, and counts of
+        what the windows gained and lost since the store last counted them."""
         ...
 
     # -- hook rows: webhooks and push events owed, at least once (storage/hooks.py) ------

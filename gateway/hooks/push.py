@@ -22,9 +22,10 @@ Each event:
 
 `id` (conv_id:seq) is the same on every delivery of the event: sinks deduplicate by it.
 `unread` is the recipient's unread count for the badge as it stands when the event is
-built, bounded as storage/push.py says (their most recently active conversations, each
-counting at most its latest messages), so that a batch of events costs three queries
-(devices, mutes, badges) whatever its recipients left unread. `text` is there
+built, bounded as storage/badges.py says (their most recently active conversations, each
+counting at most its latest messages), so that building a batch of events costs the
+same whatever its recipients left unread: a query for their devices, one for mutes, and
+the badges (mostly remembered counts moved by the batch's messages). `text` is there
 only where the device registered with `preview` and the message is text.
 
 The sinks (`--push-url`, gateway/hooks/post.py; `--push-amqp`, gateway/hooks/amqp.py)
