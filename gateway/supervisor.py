@@ -13,7 +13,7 @@ worker, waits for all of them to drain, and exits 0.
 
 The workers are forked, not executed: each gets its configuration, secrets included, in
 memory, never on a command line of its own, and shows the supervisor's, whose secrets
-`imgw serve` masked before anything else (gateway.cmdline).
+`imgw serve` masked before anything else (gateway.cli.cmdline).
 
 A worker that keeps dying within `FAST_FAIL_S` of its start (bad config, a backend that
 is down) while no other worker has been up that long is given up on after

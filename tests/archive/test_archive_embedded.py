@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gateway import archive as archive_cli
+from gateway.cli import archive as archive_cli
+from gateway.cli import main as imgw
 from protocol.ops import MsgType
 from storage.archive import objects
 from storage.archive.index_sqlite import SqliteIndex
@@ -262,7 +263,7 @@ async def test_cli_run_and_status(filled: tuple[str, History, Clock], tmp_path: 
 
 async def cli(argv: list[str]) -> int:
     """`imgw archive ARGV` (its own event loop: in a thread)."""
-    return await asyncio.to_thread(archive_cli.main, argv)
+    return await asyncio.to_thread(imgw, ["archive", *argv])
 
 
 # -- S3: moto's standalone server ------------------------------------------------------------

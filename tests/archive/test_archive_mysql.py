@@ -11,7 +11,7 @@ from pathlib import Path
 import aiomysql
 import pytest
 
-from gateway import archive as archive_cli
+from gateway.cli import main as imgw
 from protocol.ops import MsgType
 from storage.archive import objects
 from storage.archive.index_mysql import MySQLIndex
@@ -205,7 +205,7 @@ async def test_cli_on_mysql(
         await store.close()
 
     async def cli(*argv: str) -> int:
-        return await asyncio.to_thread(archive_cli.main, list(argv))
+        return await asyncio.to_thread(imgw, ["archive", *argv])
 
     assert await cli("status", "--store", mysql_url, "--json") == 0
     st = json.loads(capsys.readouterr().out)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway import archive as archive_cli
+from gateway.cli import main as imgw
 from storage.archive import objects
 from storage.archive.index_sqlite import SqliteIndex
 from storage.archive.run import archive_run
@@ -197,7 +197,7 @@ async def test_retention_of_the_hot_store_only(filled: tuple[str, History, Clock
 
 
 async def cli(argv: list[str]) -> int:
-    return await asyncio.to_thread(archive_cli.main, argv)
+    return await asyncio.to_thread(imgw, ["archive", *argv])
 
 
 async def test_the_command(

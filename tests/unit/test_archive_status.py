@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from gateway.archive import age_text, last_run_text, parse_age
+from gateway.cli.archive import age_text, last_run_text, parse_age
 
 RUN = {
     "started_ms": "1796195256591",

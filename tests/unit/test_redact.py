@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 from gateway.cli import DEV_KEY
-from gateway.cmdline import masked_args
+from gateway.cli.cmdline import masked_args
 from gateway.config import Config
 from gateway.logs import configure
 from gateway.redact import (
@@ -132,7 +132,7 @@ def test_masked_args_keep_their_length() -> None:
 
 def test_a_process_command_line_is_masked_in_place() -> None:
     code = (
-        "import sys; from gateway.cmdline import hide_secrets; print(hide_secrets()); "
+        "import sys; from gateway.cli.cmdline import hide_secrets; print(hide_secrets()); "
         "print(open('/proc/self/cmdline', 'rb').read().hex()); print(sys.argv[2])"
     )
     argv = [sys.executable, "-c", code, "--store", "mysql://u:hunter22@db/x", "--admin-token"]

@@ -1,7 +1,7 @@
 """`imgw archive`: move old messages to Parquet files (`run`) and show the tiers (`status`).
 
-Registered as an `imgw.commands` entry point (gateway/cli.py runs it). The store options
-are `imgw serve`'s (`--data-dir`, `--store`, `--config`), read the same way.
+The store options are `imgw serve`'s (`--data-dir`, `--store`, `--config`), read the
+same way.
 
     imgw archive run --older-than 180d [--retention 365d] [--to URL] [--rate ROWS_PER_S]
     imgw archive status
@@ -21,7 +21,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from storage.archive.index_sqlite import ArchiveIndex
     from storage.redis.recent import RecentCache
 
+NAME: Final = "archive"
+HELP: Final = "move old messages to Parquet files (run), rows per tier (status)"
 _UNITS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -48,14 +50,15 @@ def _store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="authoritative store URL (default sqlite:///<data-dir>/imgw.db)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="imgw archive",
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        NAME,
+        help=HELP,
         description="Move messages older than an age out of the hot store into Parquet "
         "files on object storage; HISTORY and PULL keep answering them.",
     )
-    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    run = sub.add_parser("run", help="archive messages older than --older-than")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = actions.add_parser("run", help="archive messages older than --older-than")
     _store_args(run)
     run.add_argument(
         "--older-than", type=parse_age, metavar="AGE",
@@ -81,10 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="rows a second at most (default: no limit; beside live traffic give one: "
         "unlimited, it raised send p99 from 24 ms to seconds on the bench machine)",
     )  # fmt: skip
-    status = sub.add_parser("status", help="rows and bytes per tier, oldest hot message, last run")
+    run.set_defaults(command_parser=run, func=main)
+    status = actions.add_parser(
+        "status", help="rows and bytes per tier, oldest hot message, last run"
+    )
     _store_args(status)
     status.add_argument("--json", action="store_true", help="print JSON")
-    return parser
+    status.set_defaults(command_parser=status, func=main)
 
 
 def _open_index(store_url: str) -> ArchiveIndex:
@@ -226,8 +232,7 @@ def last_run_text(fields: Mapping[str, str]) -> str:
     return ", ".join(head + parts)
 
 
-def main(argv: Sequence[str]) -> int:
-    args = build_parser().parse_args(list(argv))
+def main(args: argparse.Namespace) -> int:
     from storage.archive.objects import ArchiveUrlError
     from storage.errors import StoreUnavailable
 
