@@ -1,6 +1,8 @@
-"""Token buckets per uid: bursts of `burst`, `rate` per second sustained. A node has
-three: SEND, every other op that makes work (the op budget), and TYPING. With a shared
-cache the first two are also reconciled across nodes once a second (`SharedBudgets`)."""
+"""Token buckets: bursts of `burst`, `rate` per second sustained. Per uid
+(`UidRateLimiter`), a node has three: SEND, every other op that makes work (the op
+budget), and TYPING; with a shared cache the first two are also reconciled across nodes
+once a second (`SharedBudgets`). One for the whole node (`Bucket`, the same buckets under
+one key): the HTTP API's broadcast and token-mint budgets."""
 
 from __future__ import annotations
 
@@ -25,15 +27,18 @@ class UidRateLimiter:
         # shared; SharedBudgets sets it)
         self.spent: dict[int, int] | None = None
 
-    def take(self, uid: int) -> bool:
-        """Consume one token if there is one; a refused send consumes nothing."""
+    def take(self, uid: int, n: float = 1.0) -> bool:
+        """Consume `n` tokens (one by default) if there are as many; a refused take
+        consumes nothing. `spent` counts takes: a limiter that takes more than one token
+        at once is never shared (`Bucket`). `n` is a float so that the arithmetic stays
+        float with float, as cheap as with a constant."""
         now = self._clock()
         tokens, at = self._buckets.get(uid, (self._burst, now))
         tokens = min(self._burst, tokens + (now - at) * self._rate)
-        if tokens < 1.0:
+        if tokens < n:
             self._buckets[uid] = (tokens, now)
             return False
-        self._buckets[uid] = (tokens - 1.0, now)
+        self._buckets[uid] = (tokens - n, now)
         if (spent := self.spent) is not None:
             spent[uid] = spent.get(uid, 0) + 1
         return True
@@ -71,6 +76,19 @@ class UidRateLimiter:
         stale = [uid for uid, (_, at) in self._buckets.items() if now - at >= full]
         for uid in stale:
             del self._buckets[uid]
+
+
+class Bucket:
+    """One token bucket for the whole node: `burst` tokens, refilled at `rate` a second;
+    takes all or none (a `UidRateLimiter` of one key, never shared)."""
+
+    __slots__ = ("_limiter",)
+
+    def __init__(self, burst: int, rate: float, clock: Callable[[], float]) -> None:
+        self._limiter = UidRateLimiter(burst=burst, rate=rate, clock=clock)
+
+    def take(self, n: int) -> bool:
+        return self._limiter.take(0, float(n))
 
 
 class SharedBudgets:

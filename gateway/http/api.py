@@ -33,6 +33,7 @@ from gateway.handlers.receipts import PRESENCE_MAX_UIDS
 from gateway.handlers.sync import CONV_LIMIT_DEFAULT, CONV_LIMIT_MAX
 from gateway.http.jsonout import message_json, out_id
 from gateway.http.keys import MANAGE, MODERATE, PUSH, READ, SEND, Caller
+from gateway.ratelimit import Bucket
 from protocol.codec import encode
 from protocol.frames import (
     ConvOk,
@@ -836,26 +837,6 @@ class Api:
         ok = await self._call(uid, Mute(RID, conv_id, until))
         assert isinstance(ok, Ok)
         return 200, {"conv_id": out_id(conv_id), "uid": out_id(uid), "until_ms": until}
-
-
-class Bucket:
-    """A token bucket: `burst` tokens, refilled at `rate` a second; takes all or none."""
-
-    def __init__(self, burst: int, rate: float, clock: Callable[[], float]) -> None:
-        self._burst = float(burst)
-        self._rate = rate
-        self._clock = clock
-        self._tokens = float(burst)
-        self._at = clock()
-
-    def take(self, n: int) -> bool:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._at) * self._rate)
-        self._at = now
-        if self._tokens < n:
-            return False
-        self._tokens -= n
-        return True
 
 
 def _history_cursor(raw: str) -> tuple[bool, int]:

@@ -12,7 +12,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from gateway.http.api import Bucket
+from gateway.ratelimit import Bucket
 from gateway.server import Server
 from protocol.frames import (
     Login,

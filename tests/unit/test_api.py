@@ -8,8 +8,9 @@ import asyncio
 import pytest
 
 from gateway import envelope
-from gateway.http.api import STATUS, ApiError, Bucket, Call, as_id, content_of
+from gateway.http.api import STATUS, ApiError, Call, as_id, content_of
 from gateway.http.jsonout import JSON_SAFE_MAX, out_id
+from gateway.ratelimit import Bucket
 from protocol.frames import Error, Ok
 from protocol.ops import ErrorCode, KickReason
 
