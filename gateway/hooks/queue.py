@@ -8,16 +8,18 @@ acknowledged the batch is not asked again. A send never waits for any of it: mes
 are queued when they are pushed.
 
 What is owed is durable (`hooks`, the store's hook rows, storage/hooks.py): the commit
-that stores a message also stores its hook row, and the row is deleted once the batch
-is done. The queue in memory is only the fast path, bounded by `queue_max`; past it
-messages wait in the store (`deferred`). Whenever the queue is empty the node reads the
-store for rows of its hook node that it does not hold (those past the queue, those a
-predecessor with the same hook node left, and those adopted from a dead node,
-gateway/outbox.py) once they are FRESH_MS old, and delivers them: after the newer
-messages it had queued, so order holds only within what the queue carried. So a node
-killed between a commit and a sink's answer loses nothing: its next start, or a
-survivor, delivers what it owed (what was acknowledged just before the kill may be
-delivered again: sinks deduplicate, by `msg_id` or the push event's `id`).
+that stores a message also stores its hook row, and the row is deleted once the batch is
+done: at once when the queue runs empty, and while it stays busy once a second
+(FORGET_S) or every FORGET_ROWS rows, so that a busy node spends one write transaction
+on deleting rows a second rather than one a batch. The queue in memory is only the fast
+path, bounded by `queue_max`; past it messages wait in the store (`deferred`). Whenever
+the queue is empty the node reads the store for rows of its hook node that it does not
+hold (those past the queue, those a predecessor with the same hook node left, and those
+adopted from a dead node, gateway/outbox.py) once they are FRESH_MS old, and delivers
+them: after the newer messages it had queued, so order holds only within what the queue
+carried. So a node killed between a commit and a sink's answer loses nothing: its next
+start, or a survivor, delivers what it owed (what was acknowledged just before the kill
+may be delivered again: sinks deduplicate, by `msg_id` or the push event's `id`).
 
 A message from the fast path carries what its fan-out saw (`Owed.members`, the users it
 went to, and `Owed.online`, the devices it was written to); one read back from the store
@@ -44,6 +46,8 @@ POLL_S: Final = 1.0  # how often an idle queue looks for rows it does not hold
 # A row younger than this may belong to a message still on its way to `add` (committed,
 # not yet pushed): left to the fast path, read from the store only once older.
 FRESH_MS: Final = 2_000
+FORGET_S: Final = 1.0  # a busy queue deletes the rows of what was delivered this often
+FORGET_ROWS: Final = 2_000  # or once this many are waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,7 @@ class HookQueue:
         self._hooks = hooks  # the store holding what is owed (None: memory only)
         self._hook_node = hook_node
         self._undone: list[tuple[int, int]] = []  # delivered, rows not deleted yet
+        self._forgot_at = 0.0  # time.monotonic() of the last deletion
         self._backlog = (0, 0)  # the store's rows owed, and the oldest's created_ms
         self._queue: deque[Owed] = deque()
         self._queue_max = queue_max
@@ -145,6 +150,8 @@ class HookQueue:
         queue = self._queue
         while True:
             if not queue:
+                if self._undone:
+                    await self._forget()
                 self._idle.set()
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
@@ -173,12 +180,14 @@ class HookQueue:
         self.delivered += len(batch)
         if self._hooks is not None:
             self._undone += [(o.msg.conv_id, o.msg.seq) for o in batch]
-            await self._forget()
+            if len(self._undone) >= FORGET_ROWS or time.monotonic() - self._forgot_at >= FORGET_S:
+                await self._forget()
 
     async def _forget(self) -> None:
         """Delete the rows of what was delivered; kept for the next try when the store
         does not answer (the rows would be delivered again: at least once)."""
         assert self._hooks is not None
+        self._forgot_at = time.monotonic()
         try:
             await self._hooks.hooks_done(self._undone)
             self._undone = []
@@ -240,5 +249,7 @@ class HookQueue:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._undone:  # else delivered again by the next start: allowed, not wanted
+            await self._forget()
         for stage in self.stages:
             await stage.close()
