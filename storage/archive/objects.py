@@ -1,6 +1,6 @@
 """Archive URLs and the Parquet files of archived messages.
 
-Two schemes:
+Two schemes (storage/objecturl.py reads them):
 
 - `file:///abs/path`: a directory on this machine (the default for the embedded store:
   `<data-dir>/archive`);
@@ -23,7 +23,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 
 from storage.archive.index_sqlite import ArchivedMessage, ArchiveFile
 from storage.models import StoredMessage
+from storage.objecturl import FileUrl, parse_object_url
 
 SCHEMA: Final = pa.schema(
     [
@@ -82,37 +82,20 @@ def open_location(url: str) -> Location:
 
 
 def _open(url: str) -> Location:
-    parts = urlsplit(url)
-    opts = dict(parse_qsl(parts.query))
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise ArchiveUrlError(f"bad archive URL {url!r}: use file:///absolute/path")
-        if opts:
-            raise ArchiveUrlError(f"unknown file:// options {sorted(opts)} in {url!r}")
-        return Location(url, pafs.LocalFileSystem(), unquote(parts.path))
-    if parts.scheme == "s3":
-        bucket = parts.netloc
-        if not bucket or "@" in bucket:
-            raise ArchiveUrlError(
-                f"bad archive URL {url!r}: use s3://bucket/prefix?endpoint=http://host:port "
-                "(credentials from the environment, never in the URL)"
-            )
-        kwargs: dict[str, Any] = {}
-        if "endpoint" in opts:
-            kwargs["endpoint_override"] = opts.pop("endpoint")
-        if "region" in opts:
-            kwargs["region"] = opts.pop("region")
-        if opts:
-            raise ArchiveUrlError(f"unknown s3:// options {sorted(opts)} in {url!r}")
-        try:
-            fs = pafs.S3FileSystem(**kwargs)
-        except (ValueError, OSError) as e:
-            raise ArchiveUrlError(f"cannot open {url!r}: {e}") from e
-        prefix = unquote(parts.path).strip("/")
-        return Location(url, fs, f"{bucket}/{prefix}" if prefix else bucket)
-    raise ArchiveUrlError(
-        f"unsupported archive URL {url!r}: use file:///path or s3://bucket/prefix?endpoint=..."
-    )
+    where = parse_object_url(url, "archive", ArchiveUrlError)
+    if isinstance(where, FileUrl):
+        return Location(url, pafs.LocalFileSystem(), where.root)
+    kwargs: dict[str, Any] = {}
+    if where.endpoint:
+        kwargs["endpoint_override"] = where.endpoint
+    if where.region:
+        kwargs["region"] = where.region
+    try:
+        fs = pafs.S3FileSystem(**kwargs)
+    except (ValueError, OSError) as e:
+        raise ArchiveUrlError(f"cannot open {url!r}: {e}") from e
+    base = f"{where.bucket}/{where.prefix}" if where.prefix else where.bucket
+    return Location(url, fs, base)
 
 
 def _table(rows: Sequence[ArchivedMessage]) -> pa.Table:

@@ -1,4 +1,5 @@
-"""The media objects and their signed URLs, by media URL (the archive's two schemes):
+"""The media objects and their signed URLs, by media URL (the archive's two schemes,
+read by storage/objecturl.py):
 
 - `file:///abs/path`: a directory on the gateway's machine; its URLs point at the
   gateway's media listener (gateway/http/media.py) and are signed with the media secret
@@ -20,10 +21,10 @@ import contextlib
 import os
 from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from storage.errors import ObjectsUnavailable
 from storage.media.signing import Grant, signed_path
+from storage.objecturl import FileUrl, parse_object_url
 
 S3_CALL_TIMEOUT_S: Final = 10.0  # one S3 call, its attempts included
 T = TypeVar("T")
@@ -190,27 +191,7 @@ async def _deadline(call: Callable[[], T], what: str) -> T:
 
 def open_objects(url: str, secret: bytes) -> FileObjects | S3Objects:
     """The objects of a media URL; `secret` signs the URLs of a `file://` root."""
-    parts = urlsplit(url)
-    opts = dict(parse_qsl(parts.query))
-    if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise MediaUrlError(f"bad media URL {url!r}: use file:///absolute/path")
-        if opts:
-            raise MediaUrlError(f"unknown file:// options {sorted(opts)} in {url!r}")
-        return FileObjects(url, unquote(parts.path), secret)
-    if parts.scheme == "s3":
-        bucket = parts.netloc
-        if not bucket or "@" in bucket:
-            raise MediaUrlError(
-                f"bad media URL {url!r}: use s3://bucket/prefix?endpoint=http://host:port "
-                "(credentials from the environment, never in the URL)"
-            )
-        endpoint = opts.pop("endpoint", "")
-        region = opts.pop("region", "")
-        if opts:
-            raise MediaUrlError(f"unknown s3:// options {sorted(opts)} in {url!r}")
-        prefix = unquote(parts.path).strip("/")
-        return S3Objects(url, bucket, prefix, endpoint, region)
-    raise MediaUrlError(
-        f"unsupported media URL {url!r}: use file:///path or s3://bucket/prefix?endpoint=..."
-    )
+    where = parse_object_url(url, "media", MediaUrlError)
+    if isinstance(where, FileUrl):
+        return FileObjects(url, where.root, secret)
+    return S3Objects(url, where.bucket, where.prefix, where.endpoint, where.region)
