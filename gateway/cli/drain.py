@@ -1,5 +1,5 @@
 """`imgw drain`: make a node stop accepting, move its clients away at a set rate and
-exit, by signal (--pid) or over its admin port (--admin); gateway/drain.py does it."""
+exit, by signal (--pid) or over its admin port (--admin); gateway/cli/adminclient.py does it."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _drain_problem(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.drain import DrainError, drain_by_admin, drain_by_pid
+    from gateway.cli.adminclient import DrainError, drain_by_admin, drain_by_pid
 
     if rc := usage_error("drain", _drain_problem(args)):
         return rc

@@ -44,7 +44,7 @@ def _revoke_problem(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gateway.drain import DrainError, revoke_by_admin
+    from gateway.cli.adminclient import DrainError, revoke_by_admin
 
     if rc := usage_error("revoke", _revoke_problem(args)):
         return rc

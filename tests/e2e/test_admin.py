@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.cli.adminclient import DrainError, drain_by_admin, revoke_by_admin
 from gateway.config import Config, ConfigError
-from gateway.drain import DrainError, drain_by_admin, revoke_by_admin
 from gateway.server import Server
 from protocol.frames import (
     ConvOk,
@@ -164,7 +164,7 @@ async def test_admin_actions_need_the_token_when_one_is_set(start_gateway: Start
 async def test_imgw_drain_and_revoke_say_what_the_admin_port_answered(
     start_gateway: StartGateway,
 ) -> None:
-    """The CLI's client (gateway/drain.py) against the admin listener: a refusal says the
+    """The CLI's client (gateway/cli/adminclient.py) against the admin listener: a refusal says the
     message of its JSON error, not the JSON; a revoke prints the node's answer."""
     port = free_port()
     gw = await start_gateway(admin_port=port, admin_token="s3cret")

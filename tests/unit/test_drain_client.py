@@ -1,4 +1,4 @@
-"""`imgw drain --admin` and `imgw revoke`'s HTTP client (gateway/drain.py) against a
+"""`imgw drain --admin` and `imgw revoke`'s HTTP client (gateway/cli/adminclient.py) against a
 local aiohttp server: what it sends, and what each kind of failure says: a JSON error's
 message, a text answer's body, an answer that is not HTTP, a port that does not answer."""
 
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from gateway.drain import DrainError, drain_by_admin, revoke_by_admin
+from gateway.cli.adminclient import DrainError, drain_by_admin, revoke_by_admin
 
 
 class Admin:
