@@ -1,5 +1,5 @@
-"""Messages and ids as JSON, the one shape the server API (gateway/api.py) and the notify
-webhook (gateway/notify.py) both write (docs/api.md)."""
+"""Messages and ids as JSON, the one shape that the server API (gateway/http/api.py), the
+notify webhook (gateway/hooks/notify.py) and push events write (docs/api.md)."""
 
 from __future__ import annotations
 
