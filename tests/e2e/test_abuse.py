@@ -242,9 +242,9 @@ async def test_a_typing_flood_from_twenty_connections_of_one_uid_leaves_sends_fa
     start_gateway: StartGateway,
 ) -> None:
     """20 connections of one uid (the per-uid cap raised to let them all in) write TYPING
-    as fast as the node reads it. Each read used to be decoded whole (~37,000 frames)
-    before the budget paused the connection: a bystander's SEND waited 20 s and more.
-    Now an over-budget connection costs a batch of frames per refill. The target is a
+    as fast as the node reads it. Decoding each read whole (~37,000 frames) before the
+    budget paused the connection made a bystander's SEND wait 20 s and more; an
+    over-budget connection costs a batch of frames per refill. The target is a
     p99 under 100 ms; the bound here is generous (shared CI machines), the figures are
     measured by bench/flood.py."""
     gw = await start_gateway(max_connections_per_uid=32)

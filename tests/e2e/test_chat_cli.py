@@ -1,4 +1,4 @@
-"""`imgw chat` as a new user meets it (issue 16): processes against an in-process
+"""`imgw chat` as a new user meets it: processes against an in-process
 gateway on the embedded store, asserting the lines they print."""
 
 from __future__ import annotations

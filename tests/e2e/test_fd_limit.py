@@ -51,7 +51,7 @@ async def test_connections_are_capped_below_the_open_file_limit(tmp_path: Path) 
                 break
             await asyncio.sleep(0.05)
         held.append(await Wire.login(gw.port, 999))
-        # at the default --max-connections the cap is news, not a warning (issue 16)
+        # at the default --max-connections the cap is news, not a warning
         assert cap_lines(gw) == [f"[info     ] {CAPS} configured=1000000 max_connections={CAP}"]
     finally:
         for w in held:

@@ -1,7 +1,7 @@
 """Many groups created at once (a login storm of group owners, the group bench's setup):
-none fails. Each creation used to take a gap lock on its not-yet-existing seq row with
-a locking read, and concurrent creations deadlocked on their INSERTs into the same gap
-until the retries ran out (ERROR unavailable)."""
+none fails. A creation that took a gap lock on its not-yet-existing seq row with a
+locking read would deadlock with the others on their INSERTs into the same gap until
+the retries ran out (ERROR unavailable)."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ async def test_what_a_media_send_and_upload_refuse(mgw: Server) -> None:
     assert await c.error(Send(0, conv, "u4", MsgType.IMAGE, media_content(key_of_c))) == (
         ErrorCode.NOT_MEMBER
     )
-    # content of a media type that carries no key is stored as before (v1 clients)
+    # content of a media type that carries no key is stored as it came (v1 clients)
     ack = await a.request(Send(0, conv, "plain", MsgType.IMAGE, b"https://example.com/x.png"))
     assert isinstance(ack, SendAck)
 

@@ -1,5 +1,5 @@
 """Bad values for every command's address and number options end in a usage error (exit
-status 2, one line saying what is wrong), never in a Python traceback (issue 16, item 4).
+status 2, one line saying what is wrong), never in a Python traceback.
 
 The commands run in-process through `gateway.cli.main`, so an exception that escapes is
 the test's failure; one subprocess run checks what a user's terminal shows."""

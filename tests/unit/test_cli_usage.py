@@ -1,5 +1,5 @@
 """What `imgw` says to someone finding their way: bare `imgw`, `--version`, and a
-mistyped option of a command (issue 16, items 5 and 7)."""
+mistyped option of a command."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Every `imgw serve` flag has a TOML key (spelled as the flag, or with underscores) and
 an environment variable that set the same thing, and imgw.example.toml lists every
-setting at its default (issue 16, item 3)."""
+setting at its default."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Backend deadlines under a late event loop (storage/looplag.py): a call whose answer
 waits behind the node's own work is given more time; a slow backend on an idle node is
-cut as before; and a route check that failed while the node was late sends no
+cut at its deadline; and a route check that failed while the node was late sends no
 SYNC_HINT."""
 
 from __future__ import annotations

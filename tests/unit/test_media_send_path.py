@@ -47,7 +47,7 @@ async def test_text_sends_stay_synchronous_and_media_types_are_queued() -> None:
     for media_type in (MsgType.IMAGE, MsgType.VOICE, MsgType.FILE):
         assert not send_now(node, conn, Send(3, 5, "m", media_type, b"\x81\xa3key\xa1k"))
     assert len(batcher.submitted) == 2
-    node.media = None  # media off: every type takes the synchronous path, as before
+    node.media = None  # media off: every type takes the synchronous path
     assert send_now(node, conn, Send(4, 5, "i", MsgType.IMAGE, b"\x81\xa3key\xa1k"))
     assert len(batcher.submitted) == 3
 

@@ -1,5 +1,5 @@
-"""The supervisor imports what its workers run before it forks them (each worker used to
-import it after its own fork: ~0.45 s of CPU each, a second of a restart on 2 cores).
+"""The supervisor imports what its workers run before it forks them (a worker importing
+it after its own fork would spend ~0.45 s of CPU each, a second of a restart on 2 cores).
 Importing must start no thread: a fork copies only the thread that forks."""
 
 from __future__ import annotations
