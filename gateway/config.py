@@ -124,7 +124,7 @@ class Config:
     notify_url: str = ""
     notify_token: str = ""  # sent as Authorization: Bearer
     notify_queue_max: int = 10_000
-    notify_batch_max: int = 100
+    notify_batch_max: int = 500
     push_url: str = ""
     push_token: str = ""  # sent as Authorization: Bearer
     push_amqp: str = ""  # amqp:// URL: events to the exchange imgw.push

@@ -2,7 +2,8 @@
 
 Every committed message is owed to the node's stages (the notify webhook,
 gateway/hooks/notify.py; the push events, gateway/hooks/push.py), in batches, in commit
-order, one batch at a time. A batch is done when every stage acknowledged it; a stage
+order, one batch at a time; a batch not yet full waits up to LINGER_S after its first
+message's commit for more. A batch is done when every stage acknowledged it; a stage
 that fails is retried after 0.1 s doubling up to `retry_cap_s`, and a stage that already
 acknowledged the batch is not asked again. A send never waits for any of it: messages
 are queued when they are pushed.
@@ -46,6 +47,10 @@ POLL_S: Final = 1.0  # how often an idle queue looks for rows it does not hold
 # A row younger than this may belong to a message still on its way to `add` (committed,
 # not yet pushed): left to the fast path, read from the store only once older.
 FRESH_MS: Final = 2_000
+# A batch not full waits this long after its first message was committed for more:
+# under load, batches of batch_max (one POST and three store reads for a hundred
+# messages, not for a few); idle, a message waits at most this long.
+LINGER_S: Final = 0.2
 FORGET_S: Final = 1.0  # a busy queue deletes the rows of what was delivered this often
 FORGET_ROWS: Final = 2_000  # or once this many are waiting
 
@@ -101,6 +106,7 @@ class HookQueue:
         self._log = log
         self._throttle = throttle  # log at most so often (gateway.logs.Throttle.allow)
         self._wake = asyncio.Event()  # set: the queue is not empty
+        self._full = asyncio.Event()  # set: the queue holds a batch of batch_max
         self._idle = asyncio.Event()  # set: the queue is empty
         self._idle.set()
         self._task: asyncio.Task[None] | None = None
@@ -145,6 +151,8 @@ class HookQueue:
         self._queue.append(owed)
         self._wake.set()
         self._idle.clear()
+        if len(self._queue) >= self._batch_max:
+            self._full.set()
 
     async def _run(self) -> None:
         queue = self._queue
@@ -161,10 +169,24 @@ class HookQueue:
                     self._idle.clear()
                     await self._deliver(batch)
                 continue
+            if len(queue) < self._batch_max:
+                await self._linger(queue[0])
             batch = [queue[i] for i in range(min(self._batch_max, len(queue)))]
             await self._deliver(batch)
             for _ in batch:  # still at the head: add() only appends
                 queue.popleft()
+
+    async def _linger(self, first: Owed) -> None:
+        """Wait for a full batch, until LINGER_S after `first` was committed at most."""
+        left = LINGER_S - (time.time() - first.msg.server_ms / 1000)
+        if left <= 0:
+            return
+        self._full.clear()
+        if len(self._queue) >= self._batch_max:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(left):
+                await self._full.wait()
 
     async def _deliver(self, batch: list[Owed]) -> None:
         """Deliver `batch` to every stage until each acknowledged it, then delete its
