@@ -129,15 +129,18 @@ def unread_badges(
     conn: sqlite3.Connection, uids: Sequence[int], counts: BadgeCounts
 ) -> dict[int, int]:
     windows: list[Window] = []
-    for ids in chunks(uids):
-        for uid, active, conv_id, lo, hi in conn.execute(
-            windows_sql(len(ids), "?", greatest="MAX"), tuple(map(_s, ids))
-        ):
-            windows.append(Window(_u(uid), int(conv_id), int(active), int(lo), int(hi)))
-    plans = counts.plan(windows)
-    needed = spans(plans)
     counted: dict[Span, int] = {}
-    for span in needed:  # one prepared statement, SQLite's statement cache keeps it
-        uid, conv_id, lo, hi = span
-        (counted[span],) = conn.execute(_COUNT_SQL, (conv_id, lo, hi, _s(uid))).fetchone()
+    conn.execute("BEGIN")  # one read transaction for every statement, not one each
+    try:
+        for ids in chunks(uids):
+            for uid, active, conv_id, lo, hi in conn.execute(
+                windows_sql(len(ids), "?", greatest="MAX"), tuple(map(_s, ids))
+            ):
+                windows.append(Window(_u(uid), int(conv_id), int(active), int(lo), int(hi)))
+        plans = counts.plan(windows)
+        for span in spans(plans):  # one prepared statement: the statement cache keeps it
+            uid, conv_id, lo, hi = span
+            (counted[span],) = conn.execute(_COUNT_SQL, (conv_id, lo, hi, _s(uid))).fetchone()
+    finally:
+        conn.execute("COMMIT")
     return counts.badges(plans, counted)
