@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.hooks.post import JsonPost
 from gateway.hooks.queue import Owed
-from gateway.http.jsonout import message_json, out_id
+from gateway.http.jsonout import message_text, out_id
 from storage.models import PushDevice
 from storage.rules import counts_as_unread
 
@@ -186,9 +186,7 @@ class PushStage:
     @staticmethod
     def _event(o: Owed, offline: list[PushDevice], badge: dict[int, int]) -> Event:
         m = o.msg
-        text = message_json(
-            m.seq, m.msg_id, m.sender_uid, m.msg_type, m.content, m.server_ms, m.client_msg_id
-        ).get("text")
+        text = message_text(m.msg_type, m.content) if any(d.preview for d in offline) else None
         recipients = []
         for d in offline:
             r: dict[str, Any] = {

@@ -4,7 +4,6 @@ notify webhook (gateway/hooks/notify.py) and push events write (docs/api.md)."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 from typing import Any, Final
 
@@ -53,10 +52,22 @@ def message_json(
             out["event"] = event
     elif msg_type in MEDIA_MSG_TYPES and (media := media_json(content)) is not None:
         out["media"] = media
-    elif is_client_msg_type(msg_type):
-        with contextlib.suppress(UnicodeDecodeError):
-            out["text"] = content.decode()
+    elif (text := message_text(msg_type, content)) is not None:
+        out["text"] = text
     return out
+
+
+def message_text(msg_type: int, content: bytes) -> str | None:
+    """A message's `text`: the content of a client message that is valid UTF-8 and not a
+    media reference; None for any other."""
+    if not is_client_msg_type(msg_type):
+        return None
+    if msg_type in MEDIA_MSG_TYPES and key_of_content(content) is not None:
+        return None
+    try:
+        return content.decode()
+    except UnicodeDecodeError:
+        return None
 
 
 def media_json(content: bytes) -> dict[str, Any] | None:
