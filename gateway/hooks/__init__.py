@@ -17,24 +17,6 @@ if TYPE_CHECKING:
     from storage.ports import ChatStore, RouteStore
 
 
-def notify_queue(
-    url: str,
-    *,
-    node_id: str,
-    token: str = "",
-    timeout_s: float = 5.0,
-    batch_max: int = 100,
-    retry_cap_s: float = 30.0,
-    log: Any,
-) -> HookQueue:
-    """A hook queue with the notify webhook alone and no store (memory only)."""
-    post = JsonPost(url, what="notify webhook", token=token, timeout_s=timeout_s, log=log)
-    return HookQueue(
-        [NotifyStage(post, node_id=node_id)], batch_max=batch_max, retry_cap_s=retry_cap_s,
-        log=log,
-    )  # fmt: skip
-
-
 def hook_queue(
     config: Config,
     *,

@@ -197,11 +197,6 @@ def read_file(loc: Location, key: str) -> list[ArchivedMessage]:
     return out
 
 
-def file_exists(loc: Location, key: str) -> bool:
-    info = loc.fs.get_file_info(loc.path(key))
-    return bool(info.type == pafs.FileType.File)
-
-
 def delete_file(loc: Location, key: str) -> None:
     """Delete one archive file (retention; a file no index row names any more). Missing
     already: nothing to do."""

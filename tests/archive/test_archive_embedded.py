@@ -24,6 +24,7 @@ from storage.embedded.schema import SCHEMA_VERSION
 from storage.errors import StoreUnavailable
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from tests.archive.common import DAY, T0, Clock, History, all_pages, diff_pages, fill
+from tests.support.archive import file_exists
 from tests.support.s3 import moto_s3
 
 
@@ -208,7 +209,7 @@ async def test_a_failed_write_keeps_the_hot_rows_and_the_next_run_retries(
     assert not report.failures  # type: ignore[attr-defined]
     assert sorted(archived_rows(path)) == before
     assert diff_pages(pages, await pages_of(path, h, clock)) == []
-    assert objects.file_exists(loc, f"conv_id={h.convs[0]}/1-99.parquet")  # never read
+    assert file_exists(loc, f"conv_id={h.convs[0]}/1-99.parquet")  # never read
 
 
 async def test_read_back_mismatch_keeps_the_hot_rows(

@@ -19,6 +19,7 @@ from storage.embedded import EmbeddedStore
 from storage.models import StoredMessage
 from tests.archive.common import DAY, T0, Clock, History, all_pages, fill
 from tests.archive.test_archive_embedded import moto_server  # noqa: F401 (a fixture)
+from tests.support.archive import file_exists
 
 Row = tuple[int, int, int]  # conv_id, seq, server_ms
 
@@ -141,7 +142,7 @@ async def _retention_across_tiers(path: str, h: History, clock: Clock, url: str)
     check_pages(await pages_of(path, h, clock), cutoff)
     assert not {r[4] for r in index_rows(path)} & files_before  # the old files are gone
     for key in files_before:
-        assert not objects.file_exists(objects.open_location(url), key)
+        assert not file_exists(objects.open_location(url), key)
 
     # 2. the cutoff is past the files: they go, and hot rows too, in bounded batches
     cutoff = T0 + 7 * DAY + DAY // 2

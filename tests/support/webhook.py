@@ -6,6 +6,9 @@ import asyncio
 import json
 from typing import Any
 
+from gateway.hooks.notify import NotifyStage
+from gateway.hooks.post import JsonPost
+from gateway.hooks.queue import HookQueue
 from tests.support.proc import free_port
 from tests.support.waiting import wait_until
 
@@ -82,3 +85,21 @@ class Receiver:
             lambda: len({m["msg_id"] for m in self.messages()}) >= n, timeout, f"{n} messages"
         )
         return self.messages()
+
+
+def notify_queue(
+    url: str,
+    *,
+    node_id: str,
+    token: str = "",
+    timeout_s: float = 5.0,
+    batch_max: int = 100,
+    retry_cap_s: float = 30.0,
+    log: Any,
+) -> HookQueue:
+    """A hook queue with the notify webhook alone and no store (memory only)."""
+    post = JsonPost(url, what="notify webhook", token=token, timeout_s=timeout_s, log=log)
+    return HookQueue(
+        [NotifyStage(post, node_id=node_id)], batch_max=batch_max, retry_cap_s=retry_cap_s,
+        log=log,
+    )  # fmt: skip

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from gateway.hooks import notify_queue
 from gateway.hooks.contentcheck import FAIL_CLOSED, FAIL_OPEN, CheckFailed, WebhookCheck
 from gateway.hooks.notify import NotifyStage
 from gateway.hooks.queue import Owed
@@ -21,6 +20,7 @@ from protocol.mediakeys import media_key
 from storage.errors import ObjectsUnavailable
 from storage.media import objects as media_objects
 from storage.models import NewMessage, StoredMessage
+from tests.support.webhook import notify_queue
 
 DEADLINE_S = 0.5
 BYTE_EVERY_S = 0.15

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.hooks import notify_queue
 from gateway.hooks.contentcheck import FAIL_CLOSED, CheckFailed, WebhookCheck, check_body
 from gateway.hooks.queue import Owed
 from protocol.ops import MsgType
 from storage.models import NewMessage, StoredMessage
 from tests.support.waiting import wait_until
+from tests.support.webhook import notify_queue
 
 
 class Log:
