@@ -802,14 +802,20 @@ async def test_sqlite_hot_paths_search_indexes(
 ) -> None:
     store, path, data = embedded
     captured = Captured()
-    assert store._wconn is not None and store._rconn is not None
+    assert store._writer.conn is not None and store._reader.conn is not None
     index = SqliteIndex(path, clock=store.now_ms)
     await index.open()
     media = SqliteMediaIndex(path)
     await media.open()
     revocations = SqliteRevocationLog(path)
     await revocations.changed_since(None)  # opens its connection
-    conns = (store._wconn, store._rconn, index._conn, media._conn, revocations._conn)
+    conns = (
+        store._writer.conn,
+        store._reader.conn,
+        index._thread.conn,
+        media._thread.conn,
+        revocations._thread.conn,
+    )
     for conn in conns:
         assert conn is not None
         conn.set_trace_callback(captured.add)

@@ -42,13 +42,13 @@ import functools
 import os
 import sqlite3
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from storage.errors import StoreUnavailable
 from storage.models import StoredMessage
 from storage.rules import UnreadRun, unread_runs
+from storage.sqlitethread import SqliteThread
 
 T = TypeVar("T")
 
@@ -235,43 +235,20 @@ class SqliteIndex:
         self._path = path
         self._clock = clock
         self._busy_ms = busy_timeout_ms
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="imgw-archive-sqlite")
-        self._conn: sqlite3.Connection | None = None
+        self._thread = SqliteThread("imgw-archive-sqlite", self._connect)
 
-    async def _do(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            assert self._conn is not None, "index not open"
-            return fn(self._conn)
+    def _connect(self) -> sqlite3.Connection:
+        from storage.embedded.schema import open_migrated
 
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._pool, call)
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"sqlite: {e}") from e
+        if not os.path.exists(self._path):
+            raise StoreUnavailable(f"no embedded store at {self._path}")
+        return open_migrated(self._path, self._busy_ms)
 
     async def open(self) -> None:
-        from storage.embedded.schema import connect, migrate
-
-        def go() -> None:
-            if not os.path.exists(self._path):
-                raise StoreUnavailable(f"no embedded store at {self._path}")
-            self._conn = connect(self._path, self._busy_ms)
-            migrate(self._conn)
-
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._pool, go)
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"sqlite: {e}") from e
+        await self._thread.open()
 
     async def close(self) -> None:
-        def go() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        await asyncio.get_running_loop().run_in_executor(self._pool, go)
-        self._pool.shutdown(wait=True)
+        await self._thread.close()
 
     def now_ms(self) -> int:
         return self._clock()
@@ -284,7 +261,7 @@ class SqliteIndex:
             ).fetchall()
             return [int(r[0]) for r in rows]
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def archived_top(self, conv_id: int) -> int:
         def q(c: sqlite3.Connection) -> int:
@@ -293,7 +270,7 @@ class SqliteIndex:
             ).fetchone()
             return int(row[0] or 0)
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def oldest_hot(self, conv_id: int) -> tuple[int, int] | None:
         def q(c: sqlite3.Connection) -> tuple[int, int] | None:
@@ -303,7 +280,7 @@ class SqliteIndex:
             ).fetchone()
             return None if row is None else (int(row[0]), int(row[1]))
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def hot_batch(self, conv_id: int, after_seq: int, limit: int) -> list[ArchivedMessage]:
         def q(c: sqlite3.Connection) -> list[ArchivedMessage]:
@@ -321,7 +298,7 @@ class SqliteIndex:
                 for r in rows
             ]
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def commit(
         self, conv_id: int, rows: Sequence[ArchivedMessage], root: str, key: str, size: int
@@ -331,49 +308,42 @@ class SqliteIndex:
         runs = batch_runs(rows)
 
         def tx(c: sqlite3.Connection) -> bool:
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                found = c.execute(
-                    "SELECT seq, msg_type, recall_seq FROM im_message "
-                    "WHERE conv_id=? AND seq BETWEEN ? AND ? ORDER BY seq",
-                    (conv_id, lo, hi),
-                ).fetchall()
-                top = c.execute(
-                    "SELECT MAX(seq_hi) FROM im_archive WHERE conv_id=?", (conv_id,)
-                ).fetchone()[0]
-                if [tuple(r) for r in found] != _expected(rows) or (top or 0) != lo - 1:
-                    c.execute("ROLLBACK")
-                    return False
-                c.execute(
-                    "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, n_rows, "
-                    "n_bytes, created_ms) VALUES (?,?,?,?,?,?,?,?)",
-                    (conv_id, lo, hi, root, key, len(rows), size, now),
-                )
-                c.executemany(
-                    UNREAD_INSERT_SQL.format(p="?"),
-                    _signed(unread_rows(conv_id, hi, runs)),
-                )
-                c.executemany(
-                    "INSERT OR IGNORE INTO im_archive_sent (sender_uid, client_msg_id, conv_id, "
-                    "seq, msg_id, msg_type, content, send_ms) VALUES (?,?,?,?,?,?,?,?)",
-                    [
-                        (_s(m.sender_uid), m.client_msg_id, m.conv_id, m.seq, m.msg_id,
-                         m.msg_type, m.content, m.server_ms)
-                        for m in _recent_sends(rows, now)
-                    ],
-                )  # fmt: skip
-                c.execute(
-                    "DELETE FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ?",
-                    (conv_id, lo, hi),
-                )
-                c.execute("COMMIT")
-                return True
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+            found = c.execute(
+                "SELECT seq, msg_type, recall_seq FROM im_message "
+                "WHERE conv_id=? AND seq BETWEEN ? AND ? ORDER BY seq",
+                (conv_id, lo, hi),
+            ).fetchall()
+            top = c.execute(
+                "SELECT MAX(seq_hi) FROM im_archive WHERE conv_id=?", (conv_id,)
+            ).fetchone()[0]
+            if [tuple(r) for r in found] != _expected(rows) or (top or 0) != lo - 1:
+                c.execute("ROLLBACK")
+                return False
+            c.execute(
+                "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, n_rows, "
+                "n_bytes, created_ms) VALUES (?,?,?,?,?,?,?,?)",
+                (conv_id, lo, hi, root, key, len(rows), size, now),
+            )
+            c.executemany(
+                UNREAD_INSERT_SQL.format(p="?"),
+                _signed(unread_rows(conv_id, hi, runs)),
+            )
+            c.executemany(
+                "INSERT OR IGNORE INTO im_archive_sent (sender_uid, client_msg_id, conv_id, "
+                "seq, msg_id, msg_type, content, send_ms) VALUES (?,?,?,?,?,?,?,?)",
+                [
+                    (_s(m.sender_uid), m.client_msg_id, m.conv_id, m.seq, m.msg_id,
+                     m.msg_type, m.content, m.server_ms)
+                    for m in _recent_sends(rows, now)
+                ],
+            )  # fmt: skip
+            c.execute(
+                "DELETE FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ?",
+                (conv_id, lo, hi),
+            )
+            return True
 
-        return await self._do(tx)
+        return await self._thread.tx(tx)
 
     def _expired_to(self, c: sqlite3.Connection, conv_id: int, through: int, now: int) -> None:
         c.execute(
@@ -390,87 +360,71 @@ class SqliteIndex:
         now = self._clock()
 
         def tx(c: sqlite3.Connection) -> bool:
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                head = c.execute(
-                    "SELECT seq_lo, seq_hi, file_key FROM im_archive WHERE conv_id=? "
-                    "AND seq_lo<=? ORDER BY seq_lo",
-                    (conv_id, old.seq_lo),
-                ).fetchall()
-                if [tuple(r) for r in head] != expected_head(old):
-                    c.execute("ROLLBACK")
-                    return False
+            head = c.execute(
+                "SELECT seq_lo, seq_hi, file_key FROM im_archive WHERE conv_id=? "
+                "AND seq_lo<=? ORDER BY seq_lo",
+                (conv_id, old.seq_lo),
+            ).fetchall()
+            if [tuple(r) for r in head] != expected_head(old):
+                c.execute("ROLLBACK")
+                return False
+            c.execute("DELETE FROM im_archive WHERE conv_id=? AND seq_lo=?", (conv_id, old.seq_lo))
+            c.execute(
+                "DELETE FROM im_archive_unread WHERE conv_id=? AND seq_hi=?",
+                (conv_id, old.seq_hi),
+            )
+            self._expired_to(c, conv_id, through, now)
+            if new is not None:
                 c.execute(
-                    "DELETE FROM im_archive WHERE conv_id=? AND seq_lo=?", (conv_id, old.seq_lo)
+                    "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, "
+                    "n_rows, n_bytes, created_ms) VALUES (?,?,?,?,?,?,?,?)",
+                    (conv_id, new.seq_lo, new.seq_hi, new.root, new.key, n_rows, n_bytes,
+                     now),
+                )  # fmt: skip
+                c.executemany(
+                    UNREAD_INSERT_SQL.format(p="?"),
+                    _signed(unread_rows(conv_id, new.seq_hi, runs)),
                 )
-                c.execute(
-                    "DELETE FROM im_archive_unread WHERE conv_id=? AND seq_hi=?",
-                    (conv_id, old.seq_hi),
-                )
-                self._expired_to(c, conv_id, through, now)
-                if new is not None:
-                    c.execute(
-                        "INSERT INTO im_archive (conv_id, seq_lo, seq_hi, root, file_key, "
-                        "n_rows, n_bytes, created_ms) VALUES (?,?,?,?,?,?,?,?)",
-                        (conv_id, new.seq_lo, new.seq_hi, new.root, new.key, n_rows, n_bytes,
-                         now),
-                    )  # fmt: skip
-                    c.executemany(
-                        UNREAD_INSERT_SQL.format(p="?"),
-                        _signed(unread_rows(conv_id, new.seq_hi, runs)),
-                    )
-                c.execute("COMMIT")
-                return True
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+            return True
 
-        return await self._do(tx)
+        return await self._thread.tx(tx)
 
     async def expire_hot(self, conv_id: int, rows: Sequence[ArchivedMessage]) -> bool:
         lo, hi = rows[0].msg.seq, rows[-1].msg.seq
         now = self._clock()
 
         def tx(c: sqlite3.Connection) -> bool:
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                found = c.execute(
-                    "SELECT seq, msg_type, recall_seq FROM im_message "
-                    "WHERE conv_id=? AND seq BETWEEN ? AND ? ORDER BY seq",
-                    (conv_id, lo, hi),
-                ).fetchall()
-                top, files = c.execute(
-                    "SELECT MAX(seq_hi), SUM(file_key<>'') FROM im_archive WHERE conv_id=?",
-                    (conv_id,),
-                ).fetchone()
-                if (
-                    [tuple(r) for r in found] != _expected(rows)
-                    or (top or 0) != lo - 1
-                    or (files or 0) != 0
-                ):
-                    c.execute("ROLLBACK")
-                    return False
-                c.execute(
-                    "DELETE FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ?",
-                    (conv_id, lo, hi),
-                )
-                self._expired_to(c, conv_id, hi, now)
-                c.execute("COMMIT")
-                return True
-            except BaseException:
-                if c.in_transaction:
-                    c.execute("ROLLBACK")
-                raise
+            found = c.execute(
+                "SELECT seq, msg_type, recall_seq FROM im_message "
+                "WHERE conv_id=? AND seq BETWEEN ? AND ? ORDER BY seq",
+                (conv_id, lo, hi),
+            ).fetchall()
+            top, files = c.execute(
+                "SELECT MAX(seq_hi), SUM(file_key<>'') FROM im_archive WHERE conv_id=?",
+                (conv_id,),
+            ).fetchone()
+            if (
+                [tuple(r) for r in found] != _expected(rows)
+                or (top or 0) != lo - 1
+                or (files or 0) != 0
+            ):
+                c.execute("ROLLBACK")
+                return False
+            c.execute(
+                "DELETE FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ?",
+                (conv_id, lo, hi),
+            )
+            self._expired_to(c, conv_id, hi, now)
+            return True
 
-        return await self._do(tx)
+        return await self._thread.tx(tx)
 
     async def files(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
         def q(c: sqlite3.Connection) -> list[ArchiveFile]:
             rows = c.execute(FILES_SQL.format(p="?"), (conv_id, hi, lo)).fetchall()
             return indexed_files(conv_id, rows)
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def status(self) -> Status:
         def q(c: sqlite3.Connection) -> Status:
@@ -491,19 +445,17 @@ class SqliteIndex:
                 {n[len(LAST_RUN_PREFIX):]: v for n, v in last},
             )  # fmt: skip
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def set_last_run(self, fields: dict[str, str]) -> None:
-        def q(c: sqlite3.Connection) -> None:
-            c.execute("BEGIN IMMEDIATE")
+        def tx(c: sqlite3.Connection) -> None:
             c.execute("DELETE FROM im_meta WHERE name LIKE ?", (LAST_RUN_PREFIX + "%",))
             c.executemany(
                 "INSERT INTO im_meta (name, value) VALUES (?,?)",
                 [(LAST_RUN_PREFIX + k, v[:255]) for k, v in fields.items()],
             )
-            c.execute("COMMIT")
 
-        await self._do(q)
+        await self._thread.tx(tx)
 
 
 # -- MySQL ---------------------------------------------------------------------------------

@@ -4,19 +4,13 @@ SQLite's locks and the busy timeout share it). Opened at the first call."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
-from storage.embedded.schema import connect, migrate
-from storage.errors import StoreUnavailable
+from storage.embedded.schema import open_migrated
 from storage.revocations import Revocation
-
-T = TypeVar("T")
+from storage.sqlitethread import SqliteThread
 
 _I64_MAX = (1 << 63) - 1
 _COLS = "uid, device, revoked_s, expires_s"
@@ -46,23 +40,10 @@ class SqliteRevocationLog:
         self._path = path
         self._busy_ms = busy_timeout_ms
         self._clock = clock
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="imgw-revocations")
-        self._conn: sqlite3.Connection | None = None
+        self._thread = SqliteThread("imgw-revocations", self._connect)  # at the first call
 
-    async def _do(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            if self._conn is None:
-                if self._path != ":memory:":
-                    os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
-                conn = connect(self._path, self._busy_ms)
-                migrate(conn)
-                self._conn = conn
-            return fn(self._conn)
-
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, call)
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"sqlite: {e}") from e
+    def _connect(self) -> sqlite3.Connection:
+        return open_migrated(self._path, self._busy_ms)
 
     async def record(self, revocation: Revocation) -> None:
         r = revocation
@@ -77,7 +58,7 @@ class SqliteRevocationLog:
                 (_s(r.uid), r.device, r.revoked_s, r.expires_s, now_ms),
             )
 
-        await self._do(body)
+        await self._thread.call(body)
 
     async def changed_since(self, since_ms: int | None) -> tuple[list[Revocation], int]:
         now = self._clock()
@@ -89,19 +70,13 @@ class SqliteRevocationLog:
                 sql, arg = f"SELECT {_COLS} FROM im_revocation WHERE updated_ms >= ?", since_ms
             return [Revocation(_u(u), d, a, e) for u, d, a, e in c.execute(sql, (arg,))]
 
-        return await self._do(q), int(now * 1000)
+        return await self._thread.call(q), int(now * 1000)
 
     async def prune(self, now_s: int) -> int:
         def body(c: sqlite3.Connection) -> int:
             return c.execute("DELETE FROM im_revocation WHERE expires_s < ?", (now_s,)).rowcount
 
-        return await self._do(body)
+        return await self._thread.call(body)
 
     async def close(self) -> None:
-        def go() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        await asyncio.get_running_loop().run_in_executor(self._pool, go)
-        self._pool.shutdown(wait=True)
+        await self._thread.close()

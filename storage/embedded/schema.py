@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from typing import Final
 
@@ -178,6 +179,15 @@ def connect(path: str, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=OFF")
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    return conn
+
+
+def open_migrated(path: str, busy_timeout_ms: int = 5000) -> sqlite3.Connection:
+    """`connect`, creating the file's folder first, and `migrate`."""
+    if path != ":memory:":
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    conn = connect(path, busy_timeout_ms)
+    migrate(conn)
     return conn
 
 

@@ -1,22 +1,19 @@
 """The embedded ChatStore: SQLite in WAL mode with synchronous=FULL.
 
 All writes run on one writer thread (one connection, explicit transactions), reads on one
-reader thread with its own connection, so the event loop never blocks on SQLite and a
+reader thread with its own connection, and WAL checkpoints on a third (each a
+`storage.sqlitethread.SqliteThread`), so the event loop never blocks on SQLite and a
 commit never waits behind a slow read. Being the only writer, the store keeps the seq
 counters and the member lists in memory and updates them after each commit.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import os
 import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgpack
 
@@ -32,8 +29,7 @@ from storage.archive.index_sqlite import (
 )
 from storage.badges import BadgeCounts
 from storage.embedded import push
-from storage.embedded.schema import connect, migrate
-from storage.errors import StoreUnavailable
+from storage.embedded.schema import connect, open_migrated
 from storage.hooks import DONE_KEYS_PER_QUERY, HOOK_BACKLOG_CAP, batches, hook_values
 from storage.membership import plan_change, shown_up_sql, start_read_seq
 from storage.models import (
@@ -63,9 +59,9 @@ from storage.rules import (
     recall_refusal,
 )
 from storage.snowflake import Snowflake
+from storage.sqlitethread import SqliteThread, transaction
 
 T = TypeVar("T")
-P = ParamSpec("P")
 # One result row. Any: its values are what SQLite holds in the columns the query selected
 # (int, str, bytes, None); each reader converts them itself.
 Row = Sequence[Any]
@@ -144,12 +140,9 @@ class EmbeddedStore:
         self._busy_ms = busy_timeout_ms
         self._clock = clock
         self._ids = ids or Snowflake(0)
-        self._writer = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-w")
-        self._reader = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-r")
-        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="imgw-sqlite-ckpt")
-        self._wconn: sqlite3.Connection | None = None
-        self._rconn: sqlite3.Connection | None = None
-        self._cconn: sqlite3.Connection | None = None
+        self._writer = SqliteThread("imgw-sqlite-w", self._open_writer, transaction=self._tx)
+        self._reader = SqliteThread("imgw-sqlite-r", self._open_reader)
+        self._checkpointer = SqliteThread("imgw-sqlite-ckpt", self._open_checkpointer)
         self._ckpt_due = 0.0  # writer thread: when the next checkpoint may be asked for
         self._ckpt_running = False
         self._seqs: dict[int, int] = {}  # writer thread only
@@ -165,45 +158,29 @@ class EmbeddedStore:
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        def open_writer() -> None:
-            if self._path != ":memory:":
-                os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
-            self._wconn = connect(self._path, self._busy_ms)
-            migrate(self._wconn)
-            if self._path != ":memory:":
-                self._wconn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
-
-        def open_reader() -> None:
-            self._rconn = connect(self._path, self._busy_ms)
-            self._rconn.execute("PRAGMA query_only=ON")
-
-        def open_checkpointer() -> None:
-            self._cconn = connect(self._path, self._busy_ms)
-
-        await self._w(open_writer)
-        await self._r(open_reader)
+        await self._writer.open()
+        await self._reader.open()
         if self._path != ":memory:":
-            await self._run(self._checkpointer, open_checkpointer)
+            await self._checkpointer.open()
+
+    def _open_writer(self) -> sqlite3.Connection:
+        conn = open_migrated(self._path, self._busy_ms)
+        if self._path != ":memory:":
+            conn.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_CHECKPOINT_PAGES}")
+        return conn
+
+    def _open_reader(self) -> sqlite3.Connection:
+        conn = connect(self._path, self._busy_ms)
+        conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    def _open_checkpointer(self) -> sqlite3.Connection:
+        return connect(self._path, self._busy_ms)
 
     async def close(self) -> None:
-        def close_w() -> None:
-            if self._wconn is not None:
-                self._wconn.close()
-
-        def close_r() -> None:
-            if self._rconn is not None:
-                self._rconn.close()
-
-        def close_c() -> None:
-            if self._cconn is not None:
-                self._cconn.close()
-
-        await self._w(close_w)
-        await self._r(close_r)
-        await self._run(self._checkpointer, close_c)
-        self._writer.shutdown(wait=True)
-        self._reader.shutdown(wait=True)
-        self._checkpointer.shutdown(wait=True)
+        await self._writer.close()
+        await self._reader.close()
+        await self._checkpointer.close()
 
     def now_ms(self) -> int:
         return self._clock()
@@ -217,7 +194,7 @@ class EmbeddedStore:
                 "DELETE FROM im_archive_sent WHERE send_ms < ?", (self._clock() - SENT_KEEP_MS,)
             )
 
-        await self._wtx(body)
+        await self._writer.tx(body)
 
     def durability(self) -> dict[str, str]:
         return {"engine": "sqlite", "journal_mode": "wal", "synchronous": "full"}
@@ -226,46 +203,21 @@ class EmbeddedStore:
         """None: one process holds the embedded store, so its fan-out dies with it."""
         return None
 
-    async def _w(self, fn: Callable[[], T]) -> T:
-        return await self._run(self._writer, fn)
-
-    async def _r(self, fn: Callable[[], T]) -> T:
-        return await self._run(self._reader, fn)
-
-    async def _wtx(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._run(self._writer, self._tx, body)
-
-    @staticmethod
-    async def _run(
-        pool: ThreadPoolExecutor, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs
-    ) -> T:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(pool, functools.partial(fn, *args, **kwargs))
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"sqlite: {e}") from e
-
-    def _tx(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run `body` in one write transaction on the writer thread."""
-        conn = self._wconn
-        assert conn is not None, "store not started"
+    def _tx(self, conn: sqlite3.Connection, body: Callable[[sqlite3.Connection], T]) -> T:
+        """On the writer thread: `body` in one write transaction (`transaction`), the seqs
+        it handed out given back if it rolls back."""
         self._seq_undo = {}
-        conn.execute("BEGIN IMMEDIATE")
         try:
-            result = body(conn)
-            conn.execute("COMMIT")
-            if len(self._seqs) > SEQ_CACHE_MAX:  # committed, so im_conv_seq holds them all
-                self._seqs.clear()
+            result = transaction(conn, body)
         except BaseException:
-            # seqs handed out in a rolled-back transaction are given back
             for conv_id, before in self._seq_undo.items():
                 if before is None:
                     self._seqs.pop(conv_id, None)
                 else:
                     self._seqs[conv_id] = before
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
             raise
+        if len(self._seqs) > SEQ_CACHE_MAX:  # committed, so im_conv_seq holds them all
+            self._seqs.clear()
         self._ask_checkpoint()  # after the commit: nothing here may fail the transaction
         return result
 
@@ -275,7 +227,7 @@ class EmbeddedStore:
         reader or writer). The writer's own auto-checkpoint, which stalls a commit for
         tens of ms every ~4 MB of WAL, is only the backstop."""
         now = time.monotonic()
-        if self._cconn is None or self._ckpt_running or now < self._ckpt_due:
+        if self._checkpointer.conn is None or self._ckpt_running or now < self._ckpt_due:
             return
         self._ckpt_due = now + CHECKPOINT_EVERY_S
         self._ckpt_running = True
@@ -284,10 +236,9 @@ class EmbeddedStore:
         except RuntimeError:  # closing: the checkpointer is shut down
             self._ckpt_running = False
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
         try:
-            if self._cconn is not None:
-                self._cconn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error:
             pass  # busy or closing: the next one (or the backstop) catches up
         finally:
@@ -365,16 +316,15 @@ class EmbeddedStore:
         if conv_id > _I64_MAX:
             return None  # conv_ids are allocated by SQLite: never this large
 
-        def q() -> Conversation | None:
-            assert self._rconn is not None
-            row = self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> Conversation | None:
+            row = conn.execute(
                 "SELECT conv_id, kind, title, owner_uid, created_ms FROM im_conversation "
                 "WHERE conv_id=?",
                 (conv_id,),
             ).fetchone()
             return Conversation(row[0], row[1], row[2], _u(row[3]), row[4]) if row else None
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     async def _load_members(self, conv_id: int) -> _Members:
         cached = self._members.get(conv_id)
@@ -385,15 +335,14 @@ class EmbeddedStore:
             return _Members({})
         gen = self._member_writes
 
-        def q() -> list[tuple[int, int, int | None]]:
-            assert self._rconn is not None
-            return self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> list[tuple[int, int, int | None]]:
+            return conn.execute(
                 "SELECT uid, joined_seq, left_seq FROM im_conv_member WHERE conv_id=? "
                 "ORDER BY joined_seq, pos",
                 (conv_id,),
             ).fetchall()
 
-        rows = await self._r(q)
+        rows = await self._reader.call(q)
         members = _Members(
             {_u(uid): Membership(conv_id, _u(uid), j, left) for uid, j, left in rows}
         )
@@ -420,15 +369,14 @@ class EmbeddedStore:
     async def find_p2p(self, a: int, b: int) -> int | None:
         lo, hi = min(a, b), max(a, b)
 
-        def q() -> int | None:
-            assert self._rconn is not None
-            row = self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(
                 "SELECT conv_id FROM im_conversation WHERE kind=? AND p2p_lo=? AND p2p_hi=?",
                 (ConvKind.P2P, _s(lo), _s(hi)),
             ).fetchone()
             return None if row is None else int(row[0])
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     async def open_p2p(self, a: int, b: int) -> int:
         lo, hi = min(a, b), max(a, b)
@@ -457,7 +405,7 @@ class EmbeddedStore:
             )
             return conv_id
 
-        conv_id = await self._wtx(body)
+        conv_id = await self._writer.tx(body)
         self._invalidate_members(conv_id)
         return conv_id
 
@@ -485,7 +433,7 @@ class EmbeddedStore:
             )
             return conv_id, msg
 
-        conv_id, msg = await self._wtx(body)
+        conv_id, msg = await self._writer.tx(body)
         self._invalidate_members(conv_id)
         return conv_id, msg
 
@@ -540,7 +488,7 @@ class EmbeddedStore:
                 )
             return MembershipChange(out, plan.owner)
 
-        change = await self._wtx(body)
+        change = await self._writer.tx(body)
         self._invalidate_members(conv_id)
         return change
 
@@ -559,7 +507,7 @@ class EmbeddedStore:
 
         if conv_id > _I64_MAX:
             return None
-        return await self._wtx(body)
+        return await self._writer.tx(body)
 
     # -- messages ------------------------------------------------------------------------
 
@@ -583,7 +531,7 @@ class EmbeddedStore:
                 self._write(conn, list(stored.values()), now)
             return append_results(batch, plan, sent, stored, members)
 
-        return await self._wtx(body)
+        return await self._writer.tx(body)
 
     @staticmethod
     def _current_members(conn: sqlite3.Connection, conv_ids: set[int]) -> dict[int, list[int]]:
@@ -615,11 +563,10 @@ class EmbeddedStore:
         return _msg(row) if row else None
 
     async def find_sent(self, sender_uid: int, client_msg_id: str) -> SentRecord | None:
-        def q() -> StoredMessage | None:
-            assert self._rconn is not None
-            return self._find_sent(self._rconn, sender_uid, client_msg_id)
+        def q(conn: sqlite3.Connection) -> StoredMessage | None:
+            return self._find_sent(conn, sender_uid, client_msg_id)
 
-        msg = await self._r(q)
+        msg = await self._reader.call(q)
         return None if msg is None else SentRecord.of(msg)
 
     async def read_after(
@@ -628,29 +575,27 @@ class EmbeddedStore:
         lo = min(max(after_seq + 1, min_seq), _I64_MAX)  # client seqs may be any u64
         hi = max_seq if max_seq is not None else _I64_MAX
 
-        def q() -> list[Row]:
-            assert self._rconn is not None
-            return self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> list[Row]:
+            return conn.execute(
                 f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
                 "ORDER BY seq LIMIT ?",
                 (conv_id, lo, hi, limit + 1),
             ).fetchall()
 
-        rows = await self._r(q)
+        rows = await self._reader.call(q)
         hot = [_msg(r) for r in rows[:limit]], len(rows) > limit
         return await tiered.read_after(conv_id, lo, hi, limit, hot, self._archived)
 
     async def _archived(self, conv_id: int, lo: int, hi: int) -> list[ArchiveFile]:
         """The archive files holding seqs lo..hi of the conversation (storage/archive)."""
 
-        def q() -> list[ArchiveFile]:
-            assert self._rconn is not None
-            rows = self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> list[ArchiveFile]:
+            rows = conn.execute(
                 FILES_SQL.format(p="?"), (conv_id, min(hi, _I64_MAX), lo)
             ).fetchall()
             return indexed_files(conv_id, rows)
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     async def read_before(
         self, conv_id: int, before_seq: int, limit: int, *, min_seq: int, max_seq: int | None
@@ -659,15 +604,14 @@ class EmbeddedStore:
         if max_seq is not None:
             hi = min(hi, max_seq)
 
-        def q() -> list[Row]:
-            assert self._rconn is not None
-            return self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> list[Row]:
+            return conn.execute(
                 f"SELECT {_MSG_COLS} FROM im_message WHERE conv_id=? AND seq BETWEEN ? AND ? "
                 "ORDER BY seq DESC LIMIT ?",
                 (conv_id, min_seq, hi, limit + 1),
             ).fetchall()
 
-        rows = await self._r(q)
+        rows = await self._reader.call(q)
         hot = [_msg(r) for r in reversed(rows[:limit])], len(rows) > limit
         return await tiered.read_before(conv_id, min_seq, hi, limit, hot, self._archived)
 
@@ -699,7 +643,7 @@ class EmbeddedStore:
             )
             return RecallResult(RecallStatus.RECALLED, msg.seq, msg)
 
-        return await self._wtx(body)
+        return await self._writer.tx(body)
 
     # -- positions and sync -----------------------------------------------------------------
 
@@ -713,7 +657,7 @@ class EmbeddedStore:
             )
             return target if cur.rowcount else None
 
-        return await self._wtx(body)
+        return await self._writer.tx(body)
 
     async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
         def body(conn: sqlite3.Connection) -> int | None:
@@ -728,7 +672,7 @@ class EmbeddedStore:
             )
             return target if cur.rowcount else None
 
-        return await self._wtx(body)
+        return await self._writer.tx(body)
 
     def _max_seq(self, conn: sqlite3.Connection, conv_id: int) -> int:
         cur = self._seqs.get(conv_id)
@@ -775,9 +719,7 @@ class EmbeddedStore:
         params = (su, device, su, changed_since_ms, a_active, a_active, a_conv, limit + 1)
         runs_sql = UNREAD_RUNS_SQL.format(p="?")
 
-        def q() -> tuple[list[Row], dict[int, int]]:
-            conn = self._rconn
-            assert conn is not None
+        def q(conn: sqlite3.Connection) -> tuple[list[Row], dict[int, int]]:
             # one snapshot: an archive commit between the hot count and the archived
             # one would count its batch twice, or not at all
             conn.execute("BEGIN")
@@ -796,7 +738,7 @@ class EmbeddedStore:
                 conn.execute("COMMIT")
             return rows, archived
 
-        rows, archived = await self._r(q)
+        rows, archived = await self._reader.call(q)
         out = [
             SyncRow(r[0], r[1], r[2], r[3], r[4], r[7] + archived.get(r[0], 0), r[5], bool(r[6]))
             for r in rows[:limit]
@@ -809,9 +751,8 @@ class EmbeddedStore:
             return {}
         marks = ",".join("?" * len(wanted))
 
-        def q() -> dict[int, int]:
-            assert self._rconn is not None
-            rows = self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> dict[int, int]:
+            rows = conn.execute(
                 "SELECT m.uid, COUNT(*) FROM im_conv_member m "
                 "JOIN im_conversation c ON c.conv_id = m.conv_id "
                 f"WHERE m.uid IN ({marks}) AND m.left_seq IS NULL "
@@ -820,16 +761,15 @@ class EmbeddedStore:
             ).fetchall()
             return {_u(u): int(n) for u, n in rows}
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     async def shared_with(self, uid: int, others: Sequence[int]) -> set[int]:
         if not others:
             return set()
         marks = ",".join("?" * len(others))
 
-        def q() -> set[int]:
-            assert self._rconn is not None
-            rows = self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> set[int]:
+            rows = conn.execute(
                 "SELECT DISTINCT b.uid FROM im_conv_member a JOIN im_conv_member b "
                 "ON a.conv_id = b.conv_id WHERE a.uid=? AND a.left_seq IS NULL "
                 f"AND b.left_seq IS NULL AND b.uid IN ({marks}) "
@@ -838,7 +778,7 @@ class EmbeddedStore:
             ).fetchall()
             return {_u(r[0]) for r in rows}
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     # -- hook rows (storage/hooks.py) -------------------------------------------------------
 
@@ -846,9 +786,8 @@ class EmbeddedStore:
         self._hook_node = node
 
     async def hooks_of(self, node: str, limit: int) -> list[HookRow]:
-        def q() -> list[Row]:
-            assert self._rconn is not None
-            return self._rconn.execute(
+        def q(conn: sqlite3.Connection) -> list[Row]:
+            return conn.execute(
                 "SELECT conv_id, seq, node, created_ms FROM im_hook WHERE node=? "
                 "ORDER BY created_ms, conv_id, seq LIMIT ?",
                 (node, limit),
@@ -856,7 +795,9 @@ class EmbeddedStore:
 
         if limit <= 0:
             return []
-        return [HookRow(int(c), int(s), str(n), int(ms)) for c, s, n, ms in await self._r(q)]
+        return [
+            HookRow(int(c), int(s), str(n), int(ms)) for c, s, n, ms in await self._reader.call(q)
+        ]
 
     async def hooks_done(self, keys: Sequence[tuple[int, int]]) -> None:
         stored = [(c, s) for c, s in keys if 0 <= c <= _I64_MAX and 0 <= s <= _I64_MAX]
@@ -865,7 +806,7 @@ class EmbeddedStore:
             def body(conn: sqlite3.Connection, part: list[tuple[int, int]] = part) -> None:
                 conn.executemany("DELETE FROM im_hook WHERE conv_id=? AND seq=?", part)
 
-            await self._wtx(body)
+            await self._writer.tx(body)
 
     async def hooks_adopt(self, from_node: str, to_node: str) -> int:
         def body(conn: sqlite3.Connection) -> int:
@@ -874,12 +815,10 @@ class EmbeddedStore:
 
         if from_node == to_node:
             return 0
-        return await self._wtx(body)
+        return await self._writer.tx(body)
 
     async def hooks_backlog(self) -> tuple[int, int]:
-        def q() -> tuple[int, int]:
-            conn = self._rconn
-            assert conn is not None
+        def q(conn: sqlite3.Connection) -> tuple[int, int]:
             conn.execute("BEGIN")  # one snapshot for both
             try:
                 (count,) = conn.execute(_HOOK_COUNT_SQL, (HOOK_BACKLOG_CAP,)).fetchone()
@@ -888,7 +827,7 @@ class EmbeddedStore:
                 conn.execute("COMMIT")
             return int(count), int(oldest or 0)
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     # -- offline push (storage/embedded/push.py) -----------------------------------------
 
@@ -909,45 +848,44 @@ class EmbeddedStore:
                 now_ms=self._clock(), max_devices=max_devices,
             )  # fmt: skip
 
-        return await self._wtx(body)
+        return await self._writer.tx(body)
 
     async def push_unregister(self, uid: int, device: str) -> bool:
-        return await self._wtx(lambda conn: push.unregister(conn, uid, device))
+        return await self._writer.tx(lambda conn: push.unregister(conn, uid, device))
 
     async def push_devices(self, uids: Sequence[int]) -> dict[int, list[PushDevice]]:
         if not uids:
             return {}
 
-        def q() -> dict[int, list[PushDevice]]:
-            assert self._rconn is not None
-            return push.devices(self._rconn, uids)
+        def q(conn: sqlite3.Connection) -> dict[int, list[PushDevice]]:
+            return push.devices(conn, uids)
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     async def push_delete(self, provider: str, token: str) -> bool:
-        return await self._wtx(lambda conn: push.delete_token(conn, provider, token))
+        return await self._writer.tx(lambda conn: push.delete_token(conn, provider, token))
 
     async def set_mute(self, conv_id: int, uid: int, until_ms: int) -> None:
         if conv_id > _I64_MAX:
             return  # conv_ids are allocated by SQLite: never this large
-        await self._wtx(lambda conn: push.set_mute(conn, conv_id, uid, until_ms, self._clock()))
+        await self._writer.tx(
+            lambda conn: push.set_mute(conn, conv_id, uid, until_ms, self._clock())
+        )
 
     async def muted(self, pairs: Sequence[tuple[int, int]], now_ms: int) -> set[tuple[int, int]]:
         if not pairs:
             return set()
 
-        def q() -> set[tuple[int, int]]:
-            assert self._rconn is not None
-            return push.muted(self._rconn, pairs, now_ms)
+        def q(conn: sqlite3.Connection) -> set[tuple[int, int]]:
+            return push.muted(conn, pairs, now_ms)
 
-        return await self._r(q)
+        return await self._reader.call(q)
 
     async def unread_badges(self, uids: Sequence[int]) -> dict[int, int]:
         if not uids:
             return {}
 
-        def q() -> dict[int, int]:
-            assert self._rconn is not None
-            return push.unread_badges(self._rconn, uids, self._badges)
+        def q(conn: sqlite3.Connection) -> dict[int, int]:
+            return push.unread_badges(conn, uids, self._badges)
 
-        return await self._r(q)
+        return await self._reader.call(q)

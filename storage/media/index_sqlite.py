@@ -17,17 +17,11 @@ Only keys are stored, never URLs.
 
 from __future__ import annotations
 
-import asyncio
-import os
 import sqlite3
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol
 
-from storage.errors import StoreUnavailable
-
-T = TypeVar("T")
+from storage.sqlitethread import SqliteThread
 
 # The created_ms of an upload the orphan sweep has claimed: its object is being deleted,
 # then its row; until then it is neither renewed nor referenced.
@@ -99,54 +93,18 @@ class SqliteMediaIndex:
     def __init__(self, path: str, *, busy_timeout_ms: int = 5000) -> None:
         self._path = path
         self._busy_ms = busy_timeout_ms
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="imgw-media-sqlite")
-        self._conn: sqlite3.Connection | None = None
+        self._thread = SqliteThread("imgw-media-sqlite", self._connect)
 
-    async def _do(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            assert self._conn is not None, "media index not open"
-            return fn(self._conn)
+    def _connect(self) -> sqlite3.Connection:
+        from storage.embedded.schema import open_migrated
 
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, call)
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"sqlite: {e}") from e
-
-    async def _tx(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def body(c: sqlite3.Connection) -> T:
-            c.execute("BEGIN IMMEDIATE")
-            try:
-                out = fn(c)
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
-            c.execute("COMMIT")
-            return out
-
-        return await self._do(body)
+        return open_migrated(self._path, self._busy_ms)
 
     async def open(self) -> None:
-        from storage.embedded.schema import connect, migrate
-
-        def go() -> None:
-            if self._path != ":memory:":
-                os.makedirs(os.path.dirname(os.path.abspath(self._path)), exist_ok=True)
-            self._conn = connect(self._path, self._busy_ms)
-            migrate(self._conn)
-
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, go)
-        except sqlite3.Error as e:
-            raise StoreUnavailable(f"sqlite: {e}") from e
+        await self._thread.open()
 
     async def close(self) -> None:
-        def go() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        await asyncio.get_running_loop().run_in_executor(self._pool, go)
-        self._pool.shutdown(wait=True)
+        await self._thread.close()
 
     async def record_upload(
         self, key: str, uid: int, size: int, content_type: str, now_ms: int
@@ -164,7 +122,7 @@ class SqliteMediaIndex:
             ).fetchone()
             return _upload(row)
 
-        return await self._tx(body)
+        return await self._thread.tx(body)
 
     async def get_upload(self, key: str) -> Upload | None:
         def q(c: sqlite3.Connection) -> Upload | None:
@@ -173,7 +131,7 @@ class SqliteMediaIndex:
             ).fetchone()
             return None if row is None else _upload(row)
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def add_reference(self, key: str, conv_id: int, now_ms: int) -> bool:
         def body(c: sqlite3.Connection) -> bool:
@@ -190,7 +148,7 @@ class SqliteMediaIndex:
             )
             return True
 
-        return await self._tx(body)
+        return await self._thread.tx(body)
 
     async def referencing(self, key: str, limit: int) -> list[int]:
         def q(c: sqlite3.Connection) -> list[int]:
@@ -200,7 +158,7 @@ class SqliteMediaIndex:
             ).fetchall()
             return [int(r[0]) for r in rows]
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def orphans(self, before_ms: int, limit: int) -> list[Upload]:
         def q(c: sqlite3.Connection) -> list[Upload]:
@@ -211,7 +169,7 @@ class SqliteMediaIndex:
             ).fetchall()
             return [_upload(r) for r in rows]
 
-        return await self._do(q)
+        return await self._thread.call(q)
 
     async def claim(self, key: str, before_ms: int) -> bool:
         def body(c: sqlite3.Connection) -> bool:
@@ -223,7 +181,7 @@ class SqliteMediaIndex:
                 ).rowcount
             )
 
-        return await self._tx(body)
+        return await self._thread.tx(body)
 
     async def forget(self, key: str, before_ms: int) -> bool:
         def body(c: sqlite3.Connection) -> bool:
@@ -235,4 +193,4 @@ class SqliteMediaIndex:
                 ).rowcount
             )
 
-        return await self._tx(body)
+        return await self._thread.tx(body)
