@@ -291,7 +291,7 @@ async def test_a_download_to_a_peer_that_stops_reading_is_dropped(
     try:
         writer.write(_get_head(target))
         reader._transport.pause_reading()  # type: ignore[attr-defined]
-        await asyncio.sleep(2)  # the listener's buffers fill; it waits, then gives up
+        await asyncio.sleep(1)  # the listener's buffers fill; it waits, then gives up
         reader._transport.resume_reading()  # type: ignore[attr-defined]
         got = 0
         with contextlib.suppress(ConnectionError):  # dropped: a reset, or an early end
