@@ -631,7 +631,10 @@ class Connection(asyncio.Protocol):
                 return None
             return self.phase_deadline
         cfg = self.node.config
-        if now - self.last_rx >= cfg.idle:
+        # Deadlines compared as sums, the form they are returned in: `now - last_rx >=
+        # idle` can be false at exactly `last_rx + idle` (float rounding), and the
+        # timer would fire again at the same time.
+        if now >= self.last_rx + cfg.idle:
             self.close()
             return None
         if self.phase_deadline and now >= self.phase_deadline and self._mid_frame():
@@ -640,7 +643,7 @@ class Connection(asyncio.Protocol):
         if self.token_deadline and now >= self.token_deadline:
             self.kick(KickReason.AUTH_REVOKED, "token expired")
             return None
-        if now - self.last_renew >= cfg.route_renew_s:
+        if now >= self.last_renew + cfg.route_renew_s:
             if self.last_rx > self.last_renew:
                 self.last_renew = now
                 self.node.renew_route(self)

@@ -134,6 +134,21 @@ async def test_idle_connection_is_closed_without_a_frame(node: Node) -> None:
     assert conn.conn_id not in node.sessions  # no longer routed to
 
 
+async def test_the_idle_deadline_it_returns_closes_when_it_comes(node: Node) -> None:
+    """The timer fires at the deadline on_timer returned, and that closes: even where
+    `deadline - last_rx` rounds below `idle`, as it does when the sum crosses a power of
+    two (the loop's clock counts seconds since boot: 4,096 s is an hour and eight
+    minutes), so the timer does not come back at the same time again."""
+    conn, t = await logged_in(node)
+    idle = node.config.idle
+    last_rx = next(x for k in range(1, 100_000) if ((x := 4096.0 - k / 7919) + idle) - x < idle)
+    conn.last_rx = last_rx
+    conn.last_renew = last_rx + idle  # no route renewal due before the idle deadline
+    deadline = conn.on_timer(last_rx + 1)
+    assert deadline == last_rx + idle
+    assert conn.on_timer(deadline) is None and t.closed
+
+
 async def test_an_unfinished_frame_has_frame_timeout(node: Node) -> None:
     conn, t = await logged_in(node)
     frame = encode(Presence(9, (1,)))
