@@ -20,6 +20,10 @@ MYSQL_PORT = 3306
 # The second MariaDB server of the shard-map tests (scripts/mariadb-second).
 MYSQL2_PORT = int(os.environ.get("IMGW_MARIADB2_PORT", "3307"))
 _SECOND = Path(__file__).resolve().parents[2] / "scripts" / "mariadb-second"
+# A primary with binary logs and its replica (scripts/mariadb-replica: GTID, semi-sync).
+REPLICA_PRIMARY_PORT = int(os.environ.get("IMGW_REPLICA_PRIMARY_PORT", "3308"))
+REPLICA_PORT = int(os.environ.get("IMGW_REPLICA_PORT", "3309"))
+REPLICA_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mariadb-replica"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 # A 3-master Redis Cluster of the tests' own (scripts/redis-cluster: started when its
 # ports do not answer, stopped at the end by the session that started it).
@@ -67,6 +71,18 @@ def second_mysql() -> None:
             ) from None
         require_port(MYSQL2_PORT, "the second MariaDB")
     _second_checked = True
+
+
+def replicated_mysql() -> None:
+    """Make sure the primary and its replica answer and replicate, starting them
+    (scripts/mariadb-replica, idempotent) otherwise; a failure fails the test."""
+    done = subprocess.run(
+        [str(REPLICA_SCRIPT), "start"], capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"cannot start the replicated MariaDB ({REPLICA_SCRIPT} start): {done.stderr.strip()}"
+        )
 
 
 async def fresh_mysql(shards: int = 2, *, sharded: bool = False) -> str:
