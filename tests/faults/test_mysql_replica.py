@@ -25,32 +25,21 @@ from tests.support.services import (
     REPLICA_PORT,
     REPLICA_PRIMARY_PORT,
     REPLICA_SCRIPT,
+    mysql_rows,
     replicated_mysql,
 )
 
 pytestmark = pytest.mark.slow
 
 
-async def sql(port: int, query: str, database: str | None = None) -> list[tuple[object, ...]]:
-    conn = await aiomysql.connect(
-        host="127.0.0.1", port=port, user="root", password="", db=database, autocommit=True
-    )
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute(query)
-            return list(await cur.fetchall())
-    finally:
-        conn.close()
-
-
 async def applied(name: str, conv: int, timeout_s: float = 20.0) -> None:
     """Wait until the replica has applied the primary's max seq of `conv`."""
     query = f"SELECT max_seq FROM im_conv_seq WHERE conv_id={conv}"
-    want = await sql(REPLICA_PRIMARY_PORT, query, name)
+    want = await mysql_rows(REPLICA_PRIMARY_PORT, name, query)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            if await sql(REPLICA_PORT, query, name) == want:
+            if await mysql_rows(REPLICA_PORT, name, query) == want:
                 return
         except aiomysql.Error:
             pass  # restarting, or not yet holding the database
@@ -85,7 +74,7 @@ async def replicated() -> AsyncIterator[tuple[MySQLStore, str]]:
     finally:
         await store.close()
         replicated_mysql()  # running again for the next test, whatever this one did
-        await sql(REPLICA_PRIMARY_PORT, f"DROP DATABASE IF EXISTS {name}")
+        await mysql_rows(REPLICA_PRIMARY_PORT, None, f"DROP DATABASE IF EXISTS {name}")
 
 
 async def test_pages_come_from_the_replica_once_it_applied_them(
@@ -103,14 +92,14 @@ async def test_pages_come_from_the_replica_once_it_applied_them(
 
     # The replica stops applying (its SQL thread stopped; it still receives): it lags,
     # and the primary answers with what the replica does not have yet.
-    await sql(REPLICA_PORT, "STOP SLAVE SQL_THREAD")
+    await mysql_rows(REPLICA_PORT, None, "STOP SLAVE SQL_THREAD")
     try:
         await store.append([NewMessage(conv, 2, "late", 1, b"late")])
         got = await read_all(store, conv)
         assert [m.seq for m in got] == [1, 2, 3, 4, 5, 6] and got[-1].content == b"late"
         assert (store.replica_reads, store.replica_lagging) == (2, 1)
     finally:
-        await sql(REPLICA_PORT, "START SLAVE SQL_THREAD")
+        await mysql_rows(REPLICA_PORT, None, "START SLAVE SQL_THREAD")
     await applied(name, conv)
     assert [m.seq for m in await read_all(store, conv)] == [1, 2, 3, 4, 5, 6]
     assert (store.replica_reads, store.replica_lagging, store.replica_failures) == (3, 1, 0)

@@ -31,6 +31,9 @@ from tests.support.services import (
     require_port,
     second_mysql,
 )
+from tests.support.services import (
+    mysql_rows as rows,
+)
 from tests.support.tcpproxy import TcpProxy
 from tests.support.wire import Wire
 
@@ -44,18 +47,6 @@ async def tables(port: int, database: str) -> set[str]:
                 (database,),
             )
             return {str(t) for (t,) in await cur.fetchall()}
-    finally:
-        conn.close()
-
-
-async def rows(port: int, database: str, query: str) -> list[tuple[object, ...]]:
-    conn = await aiomysql.connect(
-        host="127.0.0.1", port=port, user="root", password="", db=database, autocommit=True
-    )
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute(query)
-            return list(await cur.fetchall())
     finally:
         conn.close()
 

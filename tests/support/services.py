@@ -214,3 +214,17 @@ async def downgrade_then_migrate(url: str, version: int, *statements: str) -> li
         return done
     finally:
         conn.close()
+
+
+async def mysql_rows(port: int, database: str | None, query: str) -> list[tuple[object, ...]]:
+    """The rows of one autocommitted `query` on the MariaDB server at 127.0.0.1:`port`
+    (root, no password), in `database` (None: none selected)."""
+    conn = await aiomysql.connect(
+        host="127.0.0.1", port=port, user="root", password="", db=database, autocommit=True
+    )
+    try:
+        async with conn.cursor() as cur:
+            await cur.execute(query)
+            return list(await cur.fetchall())
+    finally:
+        conn.close()
