@@ -78,6 +78,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )  # fmt: skip
     add.add_argument("--config", help="TOML config file to read the store URL from")
     add.set_defaults(command_parser=add, func=add_server)
+    pro = db_sub.add_parser(
+        "promote", help="a dead shard server's replica takes over its shards",
+        description="On the replica at --to: stop its I/O thread, wait until it applied "
+        "everything it received (with semi-synchronous replication, every commit the dead "
+        "server acknowledged), reset replication and make it writable; then point the "
+        "shard map's ranges of server N at it (gateways follow within a second). "
+        "docs/deployment.md has the failover procedure.",
+    )  # fmt: skip
+    pro.add_argument(
+        "--server", type=int, required=True, metavar="N",
+        help="the dead server: its number in the shard map (imgw db status)",
+    )  # fmt: skip
+    pro.add_argument(
+        "--to", required=True, metavar="URL",
+        help="its replica: mysql://[user:password@]host:port/database",
+    )  # fmt: skip
+    pro.add_argument("--store", help="the metadata database: mysql://user:password@host:port/db")
+    pro.add_argument(
+        "--wait", type=float, default=60.0,
+        help="seconds to wait for the replica to apply what it received (60)",
+    )  # fmt: skip
+    pro.add_argument("--config", help="TOML config file to read the store URL from")
+    pro.set_defaults(command_parser=pro, func=promote)
 
 
 def _prune_parser(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -208,6 +231,31 @@ def add_server(args: argparse.Namespace) -> int:
         print(f"imgw db add-server: {redact_text(str(e))}", file=sys.stderr)
         return 1
     print("\n".join(lines))
+    return 0
+
+
+def promote(args: argparse.Namespace) -> int:
+    from storage.errors import StoreUnavailable
+    from storage.mysql.promote import promote as promote_replica
+
+    settings = _mysql_settings(args, "promote")
+    if settings is None:
+        return 2
+    if not (math.isfinite(args.wait) and args.wait > 0):
+        return usage_error("db promote", "--wait must be a number of seconds > 0")
+    remember(url_secrets(args.to))
+
+    def log(line: str) -> None:
+        print(redact_text(line), flush=True)
+
+    try:
+        lines = asyncio.run(
+            promote_replica(settings, args.server, args.to, wait_s=args.wait, log=log)
+        )
+    except (ValueError, RuntimeError, StoreUnavailable) as e:
+        print(f"imgw db promote: {redact_text(str(e))}", file=sys.stderr)
+        return 1
+    print("\n".join(map(redact_text, lines)))
     return 0
 
 

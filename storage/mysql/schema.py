@@ -482,6 +482,7 @@ async def status(settings: MySQLSettings) -> tuple[list[str], bool]:
     else:
         lines.append("shard map:")
     settings = dataclasses.replace(settings, shards=shards)
+    numbered = list(dict.fromkeys(r.url for r in ranges))  # `imgw db promote --server N`
     for r in ranges:
         s = server_settings(settings, r.url) if r.url else settings
         where = masked(r.url) if r.url else f"mysql://{here}"
@@ -489,7 +490,8 @@ async def status(settings: MySQLSettings) -> tuple[list[str], bool]:
             where += " (metadata database)"
         state = await _server_state(s, range(r.lo, r.hi + 1))
         ok = ok and state.startswith("ok")
-        lines.append(f"  {r.lo:04d}-{r.hi:04d}  {where}  {state}")
+        server = f"  (server {numbered.index(r.url)})" if r.url else ""
+        lines.append(f"  {r.lo:04d}-{r.hi:04d}  {where}  {state}{server}")
     return lines, ok
 
 
