@@ -17,7 +17,8 @@ import math
 import sqlite3
 import sys
 import time
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final
 
 from gateway.cli.common import usage_error
 from gateway.config import ConfigError, load
@@ -202,7 +203,6 @@ def status(args: argparse.Namespace) -> int:
 
 
 def add_server(args: argparse.Namespace) -> int:
-    from storage.errors import StoreUnavailable
     from storage.mysql.move import add_server as move_shards
     from storage.mysql.shardmap import server_settings
 
@@ -219,23 +219,13 @@ def add_server(args: argparse.Namespace) -> int:
         return usage_error("db add-server", "--grace must be a number of seconds >= 0")
 
     remember(url_secrets(args.url))
-
-    def log(line: str) -> None:
-        print(redact_text(line), flush=True)
-
-    try:
-        lines = asyncio.run(
-            move_shards(settings, args.url, take=args.take, grace_s=args.grace, log=log)
-        )
-    except (ValueError, RuntimeError, StoreUnavailable) as e:
-        print(f"imgw db add-server: {redact_text(str(e))}", file=sys.stderr)
-        return 1
-    print("\n".join(lines))
-    return 0
+    return _change(
+        "add-server",
+        lambda log: move_shards(settings, args.url, take=args.take, grace_s=args.grace, log=log),
+    )
 
 
 def promote(args: argparse.Namespace) -> int:
-    from storage.errors import StoreUnavailable
     from storage.mysql.promote import promote as promote_replica
 
     settings = _mysql_settings(args, "promote")
@@ -244,16 +234,26 @@ def promote(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.wait) and args.wait > 0):
         return usage_error("db promote", "--wait must be a number of seconds > 0")
     remember(url_secrets(args.to))
+    return _change(
+        "promote",
+        lambda log: promote_replica(settings, args.server, args.to, wait_s=args.wait, log=log),
+    )
+
+
+def _change(
+    action: str, work: Callable[[Callable[[str], None]], Coroutine[Any, Any, list[str]]]
+) -> int:
+    """Run a change of the shard map (`work`, given a logger of progress lines), then
+    print its result lines; secrets redacted throughout. 1 when it failed."""
+    from storage.errors import StoreUnavailable
 
     def log(line: str) -> None:
         print(redact_text(line), flush=True)
 
     try:
-        lines = asyncio.run(
-            promote_replica(settings, args.server, args.to, wait_s=args.wait, log=log)
-        )
+        lines = asyncio.run(work(log))
     except (ValueError, RuntimeError, StoreUnavailable) as e:
-        print(f"imgw db promote: {redact_text(str(e))}", file=sys.stderr)
+        print(f"imgw db {action}: {redact_text(str(e))}", file=sys.stderr)
         return 1
     print("\n".join(map(redact_text, lines)))
     return 0
