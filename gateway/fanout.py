@@ -5,9 +5,13 @@ land in one) are resolved together: one route lookup for the union of their user
 Redis round trip, not one per message), then one write per local connection carrying
 every frame for it (a busy group's member gets a commit's messages in one system call)
 and, for users on other nodes, one bus publish per node carrying every frame for it.
-Best effort: a failed lookup is logged and counted, a failed publish is counted by the
-bus (it never raises); receivers catch up with SYNC/PULL, and those behind a lost publish
-are sent SYNC_HINT once the node can publish again (`FanOut._lost`).
+Best effort: a failed lookup is logged and counted, and the frames still go to the
+users' connections on this node (`local`: the node knows its own sessions without the
+route store), so a Redis outage or a master's failover stops only the pushes to other
+nodes; a failed publish is counted by the bus (it never raises). Receivers catch up with
+SYNC/PULL, those behind a failed lookup are sent SYNC_HINT once the route store answers
+again (the route watch), and those behind a lost publish once the node can publish again
+(`FanOut._lost`).
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ class _Delivery(NamedTuple):
 
 class FanOut:
     """The fan-out of one node. It reads the node's sessions (`sessions`, conn_id ->
-    session) and nothing else of it; `on_lookup_failed` is told when a route lookup
-    failed (the route watch then hints every session once Redis answers again)."""
+    session; `local`, a uid's sessions here) and nothing else of it; `on_lookup_failed`
+    is told when a route lookup failed (the route watch then hints every session once
+    Redis answers again)."""
 
     __slots__ = (
         "_bus",
+        "_local",
         "_log",
         "_loop",
         "_metrics",
@@ -73,6 +79,7 @@ class FanOut:
         routes: RouteStore,
         bus: Bus,
         sessions: Mapping[int, Session],
+        local: Callable[[int], Iterable[Session]],
         metrics: Metrics,
         spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]],
         on_lookup_failed: Callable[[], None],
@@ -84,6 +91,7 @@ class FanOut:
         self._routes = routes
         self._bus = bus
         self._sessions = sessions
+        self._local = local
         self._metrics = metrics
         self._spawn = spawn
         self._on_lookup_failed = on_lookup_failed
@@ -156,6 +164,7 @@ class FanOut:
                     error=repr(e),
                     similar_held_back=held,
                 )
+            self._deliver_here(batch)
             return
         me = self._node_id
         sessions = self._sessions
@@ -206,6 +215,19 @@ class FanOut:
             seen = batch[i].seen
             assert seen is not None
             seen(frozenset(got))
+
+    def _deliver_here(self, batch: list[_Delivery]) -> None:
+        """Without routes: the frames to the users' connections on this node. Their
+        `seen` is not told (where else the frames went is unknown)."""
+        local: dict[Session, list[bytes]] = {}
+        for d in batch:
+            for uid in d.uids:
+                for conn in self._local(uid):
+                    if conn is not d.skip:
+                        local.setdefault(conn, []).append(d.payload)
+        for conn, frames in local.items():
+            conn.write(frames[0] if len(frames) == 1 else b"".join(frames))
+        self._metrics.pushes.inc(sum(map(len, local.values())))
 
     def _lost(self, target: str, conn_ids: Iterable[int]) -> None:
         """Frames for `conn_ids` on node `target` were lost on the way (our bus link was

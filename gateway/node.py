@@ -178,6 +178,7 @@ class Node:
             routes=routes,
             bus=bus,
             sessions=self.sessions,
+            local=self.by_device.of,
             metrics=self.metrics,
             spawn=self.spawn,
             on_lookup_failed=self.route_watch.fanout_failed,
@@ -715,6 +716,16 @@ class Devices:
 
     def __len__(self) -> int:
         return sum(len(h) if type(h) is dict else 1 for h in self._by_uid.values())
+
+    def of(self, uid: int) -> tuple[Connection, ...]:
+        """The uid's logged-in connections."""
+        held = self._by_uid.get(uid)
+        if held is None:
+            return ()
+        if type(held) is dict:
+            return tuple(held.values())
+        assert isinstance(held, Connection)
+        return (held,)
 
     def count(self, uid: int) -> int:
         """The uid's logged-in connections."""
