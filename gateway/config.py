@@ -20,11 +20,13 @@ from gateway.http.keys import parse_api_keys
 from gateway.net.hostport import split_host_port
 from protocol.ops import MAX_CONTENT_DEFAULT, MAX_FRAME_DEFAULT
 from protocol.token import KeyRing
+from storage.schemes import REDIS_SCHEMES
 
 ENV_PREFIX: Final = "IMGW_"
 DEFAULT_DATA_DIR: Final = "./imgw-data"
-# cache URLs that name Redis, one server or a cluster: a route store every node shares
-REDIS_URLS: Final = ("redis://", "rediss://", "redis+cluster://", "rediss+cluster://")
+# cache URLs that name Redis (one server, a cluster, or a master found by Sentinels): a
+# route store every node shares
+REDIS_URLS: Final = tuple(f"{scheme}://" for scheme in REDIS_SCHEMES)
 
 
 def is_loopback(host: str) -> bool:

@@ -2,7 +2,8 @@
 `--bus local:// | amqp://…`.
 
 `mysql://` with `redis://` is the production store (MySQL authority, Redis accelerator;
-`redis+cluster://h:p,h:p/` puts all of it on Redis Cluster);
+`redis+cluster://h:p,h:p/` puts all of it on Redis Cluster, `redis+sentinel://h:p,h:p/name`
+on the master that Redis Sentinels name);
 `mysql://` with `memory://` runs on MySQL alone; the cache URL also names the route
 store. `local://` is the in-process bus of a single node; `amqp://` (or `amqps://`) is the
 RabbitMQ bus that several nodes share (options in `storage.amqp.bus`).
@@ -19,6 +20,7 @@ from storage.embedded import EmbeddedStore, LocalBus, MemoryRouteStore
 from storage.embedded.revocations import SqliteRevocationLog
 from storage.ports import Bus, ChatStore, RateBudgets, RouteStore
 from storage.revocations import DurableRevocations, RevocationLog
+from storage.schemes import REDIS_SCHEMES
 from storage.snowflake import Snowflake
 
 
@@ -60,7 +62,7 @@ def import_backends(store_url: str, cache_url: str, bus_url: str) -> None:
     does it once before forking its workers. Imported by each worker after its fork,
     they would cost ~0.45 s of CPU each (7 workers on 2 cores: a second more before a
     restarted node listens). Imports only: no connection, no thread."""
-    if urlsplit(cache_url).scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
+    if urlsplit(cache_url).scheme in REDIS_SCHEMES:
         import storage.redis
         import storage.redis.budgets
         import storage.redis.recent
@@ -80,7 +82,7 @@ def open_backends(
     cache = None
     recent = None
     budgets: RateBudgets | None = None
-    if cache_scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
+    if cache_scheme in REDIS_SCHEMES:
         from storage.redis import RedisCache, RedisRouteStore, redis_from_url
         from storage.redis.budgets import RedisRateBudgets
         from storage.redis.recent import RecentCache

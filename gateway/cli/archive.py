@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from gateway.config import ConfigError, load
+from gateway.config import REDIS_URLS, ConfigError, load
 
 if TYPE_CHECKING:
     from storage.archive.index_sqlite import ArchiveIndex
@@ -113,7 +113,7 @@ def _open_index(store_url: str) -> ArchiveIndex:
 def _recent(cache_url: str) -> tuple[RecentCache | None, Any]:
     """The Redis recent cache of `cache_url` and its client, or None (memory://: each
     gateway's own, which holds nothing another process deletes)."""
-    if not cache_url.startswith(("redis://", "rediss://", "redis+cluster://", "rediss+")):
+    if not cache_url.startswith(REDIS_URLS):
         return None, None
     from storage.redis import redis_from_url
     from storage.redis.recent import RecentCache

@@ -4,12 +4,20 @@
     rediss://…   (TLS)      unix:///path/to/redis.sock?db=0&prefix=…
     redis+cluster://[user:password@]host:port,host:port,…/?prefix=imgw:&timeout=1.0
     rediss+cluster://…   (Redis Cluster over TLS)
+    redis+sentinel://[user:password@]host:port,host:port,…/service[/db]?prefix=…
+    rediss+sentinel://…  (the master over TLS)
 
 A `+cluster` URL opens redis-py's `RedisCluster` (`Client` is either kind): the listed
 nodes are only where it starts; it learns the slots from them, sends each command to the
 master of its key's slot and follows MOVED/ASK redirections. Cluster mode has no `db`
 (always 0) and no unix sockets; `max_connections` (default 256) is per master, and a
 command finding all of them busy fails at once instead of waiting.
+
+A `+sentinel` URL lists Sentinels and names the service they watch: the client asks a
+Sentinel for the service's master before each new connection, and a master that turns
+out to be a replica (demoted by a failover) closes the connection and is asked for
+again, so a failover needs no restart. The user and password are the master's; a
+Sentinel's own password goes in `sentinel_password`.
 
 - `prefix` is prepended to every key the adapters write, so tests and tenants can share
   one server. It may not contain `{` or `}` (that would move the keys' hash tags).
@@ -37,6 +45,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -46,6 +55,7 @@ CLUSTER_MAX_CONNECTIONS: Final = 256
 HEALTH_CHECK_INTERVAL_S: Final = 30
 SCHEMES: Final = ("redis", "rediss", "unix")
 CLUSTER_SCHEMES: Final = ("redis+cluster", "rediss+cluster")
+SENTINEL_SCHEMES: Final = ("redis+sentinel", "rediss+sentinel")
 
 # One Redis server (its own pool) or a Redis Cluster (a pool per node).
 Client = aioredis.Redis | RedisCluster
@@ -56,10 +66,11 @@ def redis_from_url(url: str, **pool_options: object) -> tuple[Client, str]:
     its pool: `await client.aclose()` closes it. `pool_options` override the pool and
     connection settings (tests pass a `connection_class`)."""
     parts = urlsplit(url)
-    if parts.scheme not in SCHEMES + CLUSTER_SCHEMES:
+    if parts.scheme not in SCHEMES + CLUSTER_SCHEMES + SENTINEL_SCHEMES:
         raise ValueError(
-            f"bad Redis URL {url!r}: use redis://host:port/db?prefix=… or "
-            "redis+cluster://host:port,host:port/?prefix=…"
+            f"bad Redis URL {url!r}: use redis://host:port/db?prefix=…, "
+            "redis+cluster://host:port,host:port/?prefix=… or "
+            "redis+sentinel://host:port,host:port/service?prefix=…"
         )
     query = parse_qsl(parts.query, keep_blank_values=True)
     prefix = ""
@@ -80,7 +91,19 @@ def redis_from_url(url: str, **pool_options: object) -> tuple[Client, str]:
     check_prefix(prefix)
     if parts.scheme in CLUSTER_SCHEMES:
         return _cluster(url, rest, timeout, pool_options), prefix
-    options: dict[str, object] = {
+    if parts.scheme in SENTINEL_SCHEMES:
+        return _sentinel(url, rest, timeout, pool_options), prefix
+    options = {**_server_options(timeout), **pool_options}
+    pool = aioredis.BlockingConnectionPool.from_url(
+        urlunsplit(parts._replace(query=urlencode(rest))), **options
+    )
+    return aioredis.Redis.from_pool(pool), prefix
+
+
+def _server_options(timeout: float) -> dict[str, object]:
+    """The pool and connection settings of one server's client (see the module
+    docstring)."""
+    return {
         "max_connections": DEFAULT_MAX_CONNECTIONS,
         "timeout": timeout,  # the wait for a free pooled connection
         "decode_responses": False,
@@ -90,12 +113,71 @@ def redis_from_url(url: str, **pool_options: object) -> tuple[Client, str]:
         "retry_on_timeout": False,
         "retry": Retry(NoBackoff(), 1, (RedisConnectionError,)),
         "client_name": "imgw",
-        **pool_options,
     }
-    pool = aioredis.BlockingConnectionPool.from_url(
-        urlunsplit(parts._replace(query=urlencode(rest))), **options
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, aioredis.BlockingConnectionPool):
+    """The Sentinel's pool (the master's address asked before each new connection) that
+    waits for a free connection up to `timeout`, as the single-server pool does."""
+
+
+class _SentinelRedis(aioredis.Redis):
+    """The master's client; closing it closes the Sentinels' connections too."""
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        pool = self.connection_pool
+        await super().aclose(close_connection_pool)
+        if isinstance(pool, SentinelConnectionPool):
+            await pool.sentinel_manager.aclose()
+
+
+def _sentinel(
+    url: str, query: list[tuple[str, str]], timeout: float, pool_options: dict[str, object]
+) -> aioredis.Redis:
+    parts = urlsplit(url)
+    service, _, db = parts.path.strip("/").partition("/")
+    if not service or (db and not db.isdigit()):
+        raise ValueError(
+            f"Redis Sentinel URL {url!r} names the service after the Sentinels: "
+            "redis+sentinel://host:port,host:port/service[/db]"
+        )
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    sentinels = [_host_port(hostport, url) for hostport in hosts.split(",")]
+    options: dict[str, object] = {
+        **_server_options(timeout),
+        "db": int(db or 0),
+        "ssl": parts.scheme == "rediss+sentinel",
+        "username": unquote(user) or None,
+        "password": unquote(password) or None,
+    }
+    sentinel_options: dict[str, object] = {
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+    }
+    for name, value in query:
+        if name == "max_connections":
+            options[name] = int(value)
+        elif name == "sentinel_password":
+            sentinel_options["password"] = value
+        else:
+            raise ValueError(f"unknown option {name!r} in Redis Sentinel URL {url!r}")
+    options.update(pool_options)
+    manager = Sentinel(sentinels, sentinel_kwargs=sentinel_options)
+    return manager.master_for(  # type: ignore[no-any-return]
+        service,
+        redis_class=_SentinelRedis,
+        connection_pool_class=_BlockingSentinelPool,
+        **options,
     )
-    return aioredis.Redis.from_pool(pool), prefix
+
+
+def _host_port(hostport: str, url: str) -> tuple[str, int]:
+    host, _, port = hostport.rpartition(":")
+    host = host.strip("[]")  # [::1]:7000
+    if not host or not port.isdigit():
+        raise ValueError(f"bad node {hostport!r} in Redis URL {url!r}: use host:port")
+    return host, int(port)
 
 
 def _cluster(
@@ -106,13 +188,7 @@ def _cluster(
         raise ValueError(f"Redis Cluster URL {url!r} takes no database: it is always 0")
     userinfo, _, hosts = parts.netloc.rpartition("@")
     user, _, password = userinfo.partition(":")
-    nodes: list[ClusterNode] = []
-    for hostport in hosts.split(","):
-        host, _, port = hostport.rpartition(":")
-        host = host.strip("[]")  # [::1]:7000
-        if not host or not port.isdigit():
-            raise ValueError(f"bad node {hostport!r} in Redis Cluster URL {url!r}: use host:port")
-        nodes.append(ClusterNode(host, int(port)))
+    nodes = [ClusterNode(*_host_port(hostport, url)) for hostport in hosts.split(",")]
     options: dict[str, object] = {
         # per master; redis-py's cluster pool does not wait for a free connection (past
         # the cap a command fails at once), so the cap is higher than a single pool's

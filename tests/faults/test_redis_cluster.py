@@ -59,6 +59,7 @@ class Receiver:
 
     wire: Wire
     pushed: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    pushed_at: list[float] = field(default_factory=list)  # time.monotonic() of each PUSH
     hints: int = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -71,6 +72,7 @@ class Receiver:
                 continue
             if isinstance(f, Push):
                 self.pushed[f.client_msg_id] = (f.conv_id, f.seq, f.msg_id)
+                self.pushed_at.append(time.monotonic())
             elif isinstance(f, SyncHint):
                 self.hints += 1
 
@@ -92,13 +94,18 @@ async def login_retrying(port: int, uid: int, device: str) -> tuple[Wire, int]:
 
 
 async def traffic_through(
-    gw: Server, fault: Callable[[], Awaitable[None]], *, logins_during: bool = False
+    gw: Server,
+    fault: Callable[[], Awaitable[None]],
+    *,
+    logins_during: bool = False,
+    receive_on: Server | None = None,
 ) -> tuple[Receiver, dict[str, SendAck], list[int]]:
-    """A sender sending flat out to an online receiver while `fault` runs; checks that
-    every acked message reached the receiver and is stored once. With `logins_during`,
-    the receiver's other devices log in all along (their routes share its slot)."""
+    """A sender sending flat out to an online receiver (on `receive_on`, another node,
+    when given) while `fault` runs; checks that every acked message reached the receiver
+    and is stored once. With `logins_during`, the receiver's other devices log in all
+    along (their routes share its slot)."""
     sender = await Wire.login(gw.port, SENDER, "d")
-    receiver = Receiver(await Wire.login(gw.port, RECEIVER, "d"))
+    receiver = Receiver(await Wire.login((receive_on or gw).port, RECEIVER, "d"))
     opened = await sender.request(OpenP2P(0, RECEIVER))
     assert isinstance(opened, ConvOk)
     conv = opened.conv_id

@@ -151,3 +151,42 @@ async def test_cluster_url_options() -> None:
 def test_bad_cluster_urls(url: str) -> None:
     with pytest.raises(ValueError):
         redis_from_url(url)
+
+
+async def test_sentinel_url_options() -> None:
+    from redis.asyncio.sentinel import SentinelConnectionPool
+
+    client, prefix = redis_from_url(
+        "redis+sentinel://u:p%40w@10.0.0.1:26379,[::1]:26380/mymaster/2"
+        "?prefix=t1:&timeout=0.5&sentinel_password=s3&max_connections=8"
+    )
+    try:
+        pool = client.connection_pool
+        assert isinstance(pool, SentinelConnectionPool) and pool.service_name == "mymaster"
+        assert prefix == "t1:"
+        kw = pool.connection_kwargs
+        assert kw["socket_connect_timeout"] == op_timeout(client) == 0.5
+        assert kw["socket_timeout"] is None and kw["decode_responses"] is False
+        assert (kw["username"], kw["password"], kw["db"]) == ("u", "p@w", 2)
+        assert pool.max_connections == 8
+        sentinels = pool.sentinel_manager.sentinels
+        addresses = [s.connection_pool.connection_kwargs for s in sentinels]
+        assert [(a["host"], a["port"]) for a in addresses] == [("10.0.0.1", 26379), ("::1", 26380)]
+        assert {a["password"] for a in addresses} == {"s3"}
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://h:26379/",  # no service
+        "redis+sentinel://h:26379/svc/x",  # db not a number
+        "redis+sentinel://h,h2:26379/svc",
+        "redis+sentinel://h:26379/svc?prefix={t}",
+        "redis+sentinel://h:26379/svc?health=1",
+    ],
+)
+def test_bad_sentinel_urls(url: str) -> None:
+    with pytest.raises(ValueError):
+        redis_from_url(url)

@@ -30,6 +30,15 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 CLUSTER_PORTS = (7101, 7102, 7103)
 CLUSTER_URL = "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in CLUSTER_PORTS) + "/"
 CLUSTER_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "redis-cluster"
+# `scripts/redis-cluster --replicas 1`: 3 masters and 3 replicas, a cluster of its own
+REPLICATED_CLUSTER_PORTS = (7111, 7112, 7113, 7114, 7115, 7116)
+REPLICATED_CLUSTER_URL = (
+    "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in REPLICATED_CLUSTER_PORTS) + "/"
+)
+# scripts/redis-sentinel: a master and its replica (7121, 7122), three Sentinels
+SENTINEL_PORTS = (7131, 7132, 7133)
+SENTINEL_URL = "redis+sentinel://" + ",".join(f"127.0.0.1:{p}" for p in SENTINEL_PORTS) + "/imgw"
+SENTINEL_SCRIPT = CLUSTER_SCRIPT.with_name("redis-sentinel")
 
 _HOW = {
     3306: (
@@ -109,15 +118,22 @@ def fresh_redis_url() -> str:
     return f"{REDIS_URL}?prefix=imgwtest:{secrets.token_hex(6)}:"
 
 
-def _cluster_script(command: str) -> str:
-    env = {**os.environ, "IMGW_CLUSTER_PORTS": " ".join(map(str, CLUSTER_PORTS))}
+def _cluster_script(command: str, *, replicas: bool = False) -> str:
+    ports = REPLICATED_CLUSTER_PORTS if replicas else CLUSTER_PORTS
+    env = {**os.environ, "IMGW_CLUSTER_PORTS": " ".join(map(str, ports))}
+    args = ["--replicas", "1"] if replicas else []
     done = subprocess.run(
-        [str(CLUSTER_SCRIPT), command], env=env, capture_output=True, text=True, timeout=60
+        [str(CLUSTER_SCRIPT), *args, command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
     )
     if done.returncode != 0:
+        by_hand = " ".join(["scripts/redis-cluster", *args, "start"])
         raise RuntimeError(
             f"{CLUSTER_SCRIPT.name} {command} failed ({done.returncode}): "
-            f"{done.stdout}{done.stderr}; start it by hand: scripts/redis-cluster start"
+            f"{done.stdout}{done.stderr}; start it by hand: {by_hand}"
         )
     return done.stdout.strip()
 
@@ -131,9 +147,41 @@ def stop_redis_cluster() -> None:
     _cluster_script("stop")
 
 
+def start_replicated_cluster() -> bool:
+    """Make sure the 3-master, 3-replica cluster answers with every master replicated
+    (started afresh when a node is missing, a killed master's included); True when this
+    call started it."""
+    return _cluster_script("start", replicas=True).endswith("started")
+
+
+def stop_replicated_cluster() -> None:
+    _cluster_script("stop", replicas=True)
+
+
+def start_sentinels() -> bool:
+    """Make sure the Sentinels answer and agree on a master that has a replica in sync
+    (all started afresh when not, a killed master's setup included); True when this call
+    started them."""
+    done = subprocess.run(
+        [str(SENTINEL_SCRIPT), "start"], capture_output=True, text=True, timeout=60
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{SENTINEL_SCRIPT.name} start failed ({done.returncode}): "
+            f"{done.stdout}{done.stderr}; start it by hand: scripts/redis-sentinel start"
+        )
+    return done.stdout.strip().endswith("started")
+
+
 def fresh_cluster_url() -> str:
     """A Redis Cluster URL with a private key prefix (delete with drop_redis)."""
-    return f"{CLUSTER_URL}?prefix=imgwtest:{secrets.token_hex(6)}:"
+    return with_prefix(CLUSTER_URL)
+
+
+def with_prefix(base: str) -> str:
+    """The Redis URL `base` (no query) with a private key prefix (delete with
+    drop_redis)."""
+    return f"{base}?prefix=imgwtest:{secrets.token_hex(6)}:"
 
 
 async def drop_redis(url: str) -> None:
