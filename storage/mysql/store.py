@@ -20,7 +20,7 @@ messages, and a copy of its conversation row. The metadata database keeps the ma
 conv_id allocation (and p2p uniqueness), the node leases, and rows no commit reads:
 token revocations, media uploads, push registrations and mutes (push.py). A
 conversation's operations go to its server; a user's (SYNC, counts) ask every server at
-once and merge. A send batch
+once and merge (a SYNC without a server that is down: health.py). A send batch
 spanning servers is one transaction per server, committed concurrently
 (docs/decisions.md).
 
