@@ -7,8 +7,8 @@ what msgpack packing does (an int outside -2^63..2^64-1 raises OverflowError).
 The body layout is derived from each frame class: array frames are
 ``[OP, *fields]`` in declaration order (which is wire order); records are NamedTuples
 and nested tuples, which msgpack packs as arrays. Field-less frames are packed once
-at import. Only LOGIN, LOGIN_OK and PUSH_REGISTER, whose bodies carry maps, have their
-own encoder.
+at import. Only LOGIN, LOGIN_OK, PUSH_REGISTER and SYNC_RESULT, whose bodies carry maps
+(SYNC_RESULT's optional last element), have their own encoder.
 
 Thread safety: packing goes through one module-level `msgpack.Packer`, which is not
 reentrant. The gateway encodes from its event loop thread only; code that encodes
@@ -31,6 +31,7 @@ from protocol.frames import (
     Login,
     LoginOk,
     PushRegister,
+    SyncResult,
 )
 
 _packer: Final = msgpack.Packer(use_bin_type=True, autoreset=True)
@@ -72,6 +73,13 @@ def _push_register_body(f: PushRegister) -> object:
     return (f.OP.value, f.rid, f.provider, f.token, opts)
 
 
+def _sync_result_body(f: SyncResult) -> object:
+    body = (f.OP.value, f.rid, f.next_since, f.next_cursor, f.has_more, f.convs)
+    if f.partial is None:
+        return body
+    return (*body, {"missing": f.partial.missing, "servers": f.partial.servers})
+
+
 def _array_body(cls: type[Frame]) -> _BodyOf:
     op = cls.OP.value
     names: tuple[str, ...] = cls.__match_args__
@@ -86,6 +94,7 @@ _BODY_OF: Final[dict[type, _BodyOf]] = {
     Login: _login_body,
     LoginOk: _login_ok_body,
     PushRegister: _push_register_body,
+    SyncResult: _sync_result_body,
 }
 _CONSTANT: Final[dict[type, tuple[bytes, bytes]]] = {}  # field-less frames: (body, frame)
 

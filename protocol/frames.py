@@ -293,6 +293,15 @@ class PresenceResult:
     """(uid, devices online) pairs."""
 
 
+class SyncPartial(NamedTuple):
+    """SYNC_RESULT's optional last element (a map on the wire): of the `servers` holding
+    the user's conversations, `missing` did not answer, and their conversations are not
+    in the answer (docs/protocol.md, Paging and SYNC)."""
+
+    missing: int
+    servers: int
+
+
 @dataclass(slots=True)
 class SyncResult:
     OP: ClassVar[Op] = Op.SYNC_RESULT
@@ -301,6 +310,7 @@ class SyncResult:
     next_cursor: Opaque
     has_more: bool
     convs: tuple[ConvRecord, ...]
+    partial: SyncPartial | None = None  # on the wire only when some servers are missing
 
 
 @dataclass(slots=True)

@@ -68,6 +68,7 @@ from protocol.frames import (
     ServerFrame,
     Sync,
     SyncHint,
+    SyncPartial,
     SyncResult,
     Typing,
     TypingNotify,
@@ -361,6 +362,37 @@ def _push_register(body: list[Any]) -> PushRegister:
     return PushRegister(rid, provider, token, preview, locale)
 
 
+_sync_result_fields: Final = (nonzero_u64, opaque, opaque, boolean, conv_records)
+_SYNC_RESULT_NAMES: Final = ("rid", "next_since", "next_cursor", "has_more", "convs")
+
+
+def sync_partial(v: Any) -> SyncPartial:
+    if type(v) is not dict:
+        raise FieldError("must be a map {missing, servers}")
+    missing, servers = _checked(
+        "partial",
+        ("missing", "servers"),
+        (u64, u64),
+        (v.get("missing", _MISSING), v.get("servers", _MISSING)),
+    )
+    return SyncPartial(missing, servers)
+
+
+def _sync_result(body: list[Any]) -> SyncResult:
+    """`[31, rid, next_since, next_cursor, has_more, [conv, ...]]`, and a `partial` map
+    after them when some servers did not answer."""
+    label = "SYNC_RESULT"
+    if len(body) < 6:
+        raise FieldError(f"{label} needs 5 fields after the op, got {len(body) - 1}")
+    rid, since, cursor, more, convs = _checked(
+        label, _SYNC_RESULT_NAMES, _sync_result_fields, body[1:6]
+    )
+    partial = None
+    if len(body) > 6:
+        partial = _checked(label, ("partial",), (sync_partial,), (body[6],))[0]
+    return SyncResult(rid, since, cursor, more, convs, partial)
+
+
 # --- hot paths ----------------------------------------------------------------------
 # The most frequent ops get inline checks instead of one call per field. They accept
 # only what the generic parser accepts (tests compare the two) and hand everything
@@ -496,7 +528,7 @@ SERVER_FRAME_PARSERS: Final[dict[int, Callable[[list[Any]], ServerFrame]]] = {
     Op.READ_NOTIFY: _array(ReadNotify, nonzero_u64, nonzero_u64, u64),
     Op.TYPING_NOTIFY: _array(TypingNotify, nonzero_u64, nonzero_u64),
     Op.PRESENCE_RESULT: _array(PresenceResult, nonzero_u64, presence_entries),
-    Op.SYNC_RESULT: _array(SyncResult, nonzero_u64, opaque, opaque, boolean, conv_records),
+    Op.SYNC_RESULT: _sync_result,
     Op.PULL_RESULT: _array(PullResult, nonzero_u64, nonzero_u64, boolean, msg_records),
     Op.HISTORY_RESULT: _array(HistoryResult, nonzero_u64, nonzero_u64, boolean, msg_records),
     Op.SYNC_HINT: _array(SyncHint),

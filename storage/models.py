@@ -191,6 +191,11 @@ class SyncRow:
 class SyncPage:
     rows: list[SyncRow]
     has_more: bool
+    # Of the `servers` holding the store's conversations, how many did not answer: their
+    # rows are not in `rows` (0: the page is whole). Only a store spread over several
+    # servers answers without some of them.
+    missing: int = 0
+    servers: int = 1
 
 
 # A system message's content, msgpack-encoded: {"event": "created" | "added" |

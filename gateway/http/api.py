@@ -702,7 +702,10 @@ class Api:
             for r in page.convs
         ]
         next_cursor = page.next_cursor.hex() if isinstance(page.next_cursor, bytes) else None
-        return 200, {"conversations": rows, "next_cursor": next_cursor}
+        out: dict[str, Any] = {"conversations": rows, "next_cursor": next_cursor}
+        if page.partial is not None:  # some storage servers did not answer
+            out["partial"] = {"missing": page.partial.missing, "servers": page.partial.servers}
+        return 200, out
 
     # -- sessions ------------------------------------------------------------------------
 

@@ -426,11 +426,20 @@ CALLS: Final[dict[tuple[str, str], Call]] = {
             "cursor": {"type": "string", "pattern": "^[0-9a-f]+$"},
         },
         _object(
-            {"conversations": {"type": "array", "items": _ref("UserConversation")}, **_NEXT_CURSOR}
+            {
+                "conversations": {"type": "array", "items": _ref("UserConversation")},
+                **_NEXT_CURSOR,
+                "partial": _object(
+                    {"missing": {"type": "integer"}, "servers": {"type": "integer"}}
+                ),
+            },
+            optional=("partial",),
         ),
         errors=(404,),
         description="SYNC from the start as the uid, newest activity first; delivered_seq is "
-        "that of device (0 without it). While next_cursor is not null, pass it as cursor.",
+        "that of device (0 without it). While next_cursor is not null, pass it as cursor. "
+        "partial: some of the storage servers holding the user's conversations did not "
+        "answer (missing of servers) and their conversations are not listed.",
     ),
     ("POST", "tokens"): Call(
         "Mint a client token",

@@ -1,4 +1,4 @@
-// imgw-client 0.1.0 sources-sha256:c20d9d150de5b33811e50f7a50e78c1114fd0d3782aec097702be48d13782c69
+// imgw-client 0.1.0 sources-sha256:9014fc80e3f3455a2688daedb3b7b7107306a86b8cee2ac8e2047d80107dc790
 // Built by clients/js (npm run build:web) from src/browser.ts; do not edit. Bundles
 // @msgpack/msgpack 3.1.3 (ISC licence).
 
@@ -1690,6 +1690,11 @@ function conv(v, what) {
     isMember: bool(at(c, 7, what), `${what} is_member`)
   };
 }
+function syncPartial(v, w) {
+  if (v === null || typeof v !== "object" || Array.isArray(v) || v instanceof Uint8Array) return {};
+  const m = v;
+  return { partial: { missing: int(m.missing, `${w} partial.missing`), servers: int(m.servers, `${w} partial.servers`) } };
+}
 function uidList(v, what) {
   return arr(v, what).map((u) => u64(u, what));
 }
@@ -1774,7 +1779,8 @@ function decodeServerFrame(body2) {
         nextSince: opaque(at(f, 2, w), `${w} next_since`),
         nextCursor: opaque(at(f, 3, w), `${w} next_cursor`),
         hasMore: bool(at(f, 4, w), `${w} has_more`),
-        convs: arr(at(f, 5, w), w).map((c, i) => conv(c, `${w} conv ${i}`))
+        convs: arr(at(f, 5, w), w).map((c, i) => conv(c, `${w} conv ${i}`)),
+        ...syncPartial(f[6], w)
       };
     }
     case Op.PULL_RESULT:

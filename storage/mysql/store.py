@@ -20,7 +20,7 @@ messages, and a copy of its conversation row. The metadata database keeps the ma
 conv_id allocation (and p2p uniqueness), the node leases, and rows no commit reads:
 token revocations, media uploads, push registrations and mutes (push.py). A
 conversation's operations go to its server; a user's (SYNC, counts) ask every server at
-once and merge. A send batch
+once and merge (a SYNC without a server that is down: health.py). A send batch
 spanning servers is one transaction per server, committed concurrently
 (docs/decisions.md).
 
@@ -83,6 +83,7 @@ from storage.models import (
 )
 from storage.mysql import sql
 from storage.mysql.append import GroupCommit, load_sent
+from storage.mysql.health import ServerHealth
 from storage.mysql.lease import Lease, default_owner
 from storage.mysql.outbox import MySQLOutbox, ShardedOutbox
 from storage.mysql.push import MySQLPushRegistry
@@ -147,6 +148,7 @@ class _Server:
     appends: GroupCommit
     syncs: SyncBatcher
     outbox: MySQLOutbox
+    health: ServerHealth  # down after it could not be reached, until a probe answers
     replica: Transactions | None = None  # its read replica, for PULL/HISTORY pages
     replica_paused_until: float = 0.0  # monotonic: after a failure, the primary answers
     check_paused_until: float = 0.0  # monotonic: after a failed key reuse check
@@ -160,6 +162,20 @@ def _retrieved(task: asyncio.Future[list[Row]]) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _health(db: Transactions, on_up: Callable[[], None]) -> ServerHealth:
+    """The health of the server `db` reaches, probed with `SELECT 1`."""
+
+    async def ping() -> None:
+        async def q(cur: Cursor) -> None:
+            await cur.execute("SELECT 1")
+            await cur.fetchall()
+
+        await db.run(q, tx=False)
+
+    s = db.settings
+    return ServerHealth(f"{s.host}:{s.port}", ping, on_up)
 
 
 class MySQLStore:
@@ -201,7 +217,9 @@ class MySQLStore:
         self._appends = GroupCommit(self._db, self.shard_of, self._ids, clock, self._outbox)
         self._badges = BadgeCounts()  # push badges' last counts (storage/badges.py)
         # The metadata database's server; with no shard map, the only one.
-        self._home = _Server(self._db, self._appends, self._syncs, self._outbox)
+        self._home = _Server(
+            self._db, self._appends, self._syncs, self._outbox, _health(self._db, self._up)
+        )
         replica = replica_settings(settings)
         if replica is not None:
             self._home.replica = Transactions(replica)
@@ -222,6 +240,7 @@ class MySQLStore:
         self._watcher: asyncio.Task[None] | None = None
         self.map_errors = 0  # failed reads of the shard map, and the last one's error
         self.last_map_error = ""
+        self._up_listeners: list[Callable[[], None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -302,7 +321,21 @@ class MySQLStore:
         outbox.record_for(self._outbox.node)  # "" unless a node records its fan-out
         appends = GroupCommit(db, self.shard_of, self._ids, self._clock, outbox)
         appends.hook_node = self._hook_node
-        return _Server(db, appends, SyncBatcher(db, self.shard_of), outbox, replica)
+        syncs = SyncBatcher(db, self.shard_of)
+        return _Server(db, appends, syncs, outbox, _health(db, self._up), replica)
+
+    def on_server_up(self, listener: Callable[[], None]) -> None:
+        """Call `listener` whenever a shard server that was down answers again (a SYNC
+        answered without it can now be answered whole)."""
+        self._up_listeners.append(listener)
+
+    def _up(self) -> None:
+        for listener in self._up_listeners:
+            listener()
+
+    def servers_down(self) -> int:
+        """How many of the servers holding shards are down now (storage/mysql/health.py)."""
+        return sum(x.health.down for x in self._servers)
 
     async def _watch_map(self) -> None:
         """Follow the shard map (`imgw db add-server` changes it with the gateways
@@ -327,6 +360,7 @@ class MySQLStore:
                 await self._watcher
             self._watcher = None
         for server in {id(x): x for x in [self._home, *self._by_url.values()]}.values():
+            await server.health.close()
             if server is not self._home:
                 await server.db.close()
             if server.replica is not None:
@@ -390,12 +424,32 @@ class MySQLStore:
         """`write` each server's part of `rows` (each row's first value is a conv_id)
         on that server, all at once."""
         parts: dict[int, list[R]] = defaultdict(list)
-        dbs: dict[int, Transactions] = {}
+        servers: dict[int, _Server] = {}
         for r in rows:
             server = self._at(r[0])
             parts[id(server)].append(r)
-            dbs[id(server)] = server.db
-        await asyncio.gather(*(write(dbs[k], part) for k, part in parts.items()))
+            servers[id(server)] = server
+
+        def part(k: int, part: Sequence[R]) -> Awaitable[None]:
+            return self._on(servers[k], lambda x: write(x.db, part))
+
+        outcomes = await asyncio.gather(
+            *(part(k, p) for k, p in parts.items()), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    async def _on(self, server: _Server, fn: Callable[[_Server], Awaitable[T]]) -> T:
+        """`fn` on `server`, unless it is down (then StoreUnavailable at once); a failure
+        that says it cannot be reached marks it down."""
+        if server.health.down:
+            raise server.health.error()
+        try:
+            return await fn(server)
+        except StoreUnavailable as e:
+            server.health.failed(e)
+            raise
 
     def _at(self, conv_id: int) -> _Server:
         """The server holding conversation `conv_id`'s rows."""
@@ -761,9 +815,10 @@ class MySQLStore:
         """A batch spanning servers is one transaction per server, committed at once:
         each message's answer follows its own server's commit, and a server that fails
         answers FAILED for its messages only (all of a message's state is on its server:
-        it is stored there or not). First, one query to every server for the batch's
-        idempotency keys: a key used for another conversation is CONFLICT (each server's
-        commit only sees its own records)."""
+        it is stored there or not); a server that is down (storage/mysql/health.py) is
+        not waited for: its messages are FAILED at once. First, one query to every
+        server for the batch's idempotency keys: a key used for another conversation is
+        CONFLICT (each server's commit only sees its own records)."""
         results: list[AppendResult | None] = [None] * len(batch)
         if len(self._servers) > 1:
             for i in await self._reused(batch):
@@ -776,10 +831,13 @@ class MySQLStore:
                 parts[id(server)].append(i)
                 servers[id(server)] = server
         if len(parts) == 1 and len(next(iter(parts.values()))) == len(batch):
-            return await next(iter(servers.values())).appends.append(batch)
+            return await self._on(next(iter(servers.values())), lambda x: x.appends.append(batch))
+
+        def part(k: int, idx: list[int]) -> Awaitable[list[AppendResult]]:
+            return self._on(servers[k], lambda x: x.appends.append([batch[i] for i in idx]))
+
         outcomes = await asyncio.gather(
-            *(servers[k].appends.append([batch[i] for i in idx]) for k, idx in parts.items()),
-            return_exceptions=True,
+            *(part(k, idx) for k, idx in parts.items()), return_exceptions=True
         )
         for idx, outcome in zip(parts.values(), outcomes, strict=True):
             if isinstance(outcome, Exception):
@@ -807,7 +865,7 @@ class MySQLStore:
             return list(await cur.fetchall())
 
         now = time.monotonic()
-        asked = [x for x in self._servers if now >= x.check_paused_until]
+        asked = [x for x in self._servers if now >= x.check_paused_until and not x.health.down]
         tasks = [asyncio.ensure_future(x.db.run(q, tx=False)) for x in asked]
         if tasks:
             await asyncio.wait(tasks, timeout=REUSE_CHECK_S)
@@ -1109,22 +1167,42 @@ class MySQLStore:
         With several servers each answers a page of its own conversations, at once, and
         the pages merge in the page order (last active, then conv_id, descending): each
         server's first `limit` rows hold every one of its rows the merged page can
-        need."""
+        need. A server that is down or fails is left out: the page holds the others'
+        rows and says how many servers are `missing` (all of them: StoreUnavailable)."""
         if len(self._servers) == 1:
             return await self._syncs.ask(
                 uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
             )
-        pages = await self._each(
-            lambda x: x.syncs.ask(
-                uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
-            )
+        outcomes = await asyncio.gather(
+            *(
+                self._on(
+                    x,
+                    lambda x: x.syncs.ask(
+                        uid, device, changed_since_ms=changed_since_ms, after=after, limit=limit
+                    ),
+                )
+                for x in self._servers
+            ),
+            return_exceptions=True,
         )
+        pages: list[SyncPage] = []
+        missing: list[StoreUnavailable] = []
+        for outcome in outcomes:
+            if isinstance(outcome, StoreUnavailable):
+                missing.append(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                pages.append(outcome)
+        if not pages:
+            raise missing[0]
         rows = sorted(
             (r for p in pages for r in p.rows),
             key=lambda r: (r.last_active_ms, r.conv_id),
             reverse=True,
         )
-        return SyncPage(rows[:limit], len(rows) > limit or any(p.has_more for p in pages))
+        more = len(rows) > limit or any(p.has_more for p in pages)
+        return SyncPage(rows[:limit], more, missing=len(missing), servers=len(outcomes))
 
     async def conversation_counts(self, uids: Sequence[int]) -> dict[int, int]:
         if not uids:

@@ -9,7 +9,9 @@ import asyncio
 import contextlib
 import io
 import secrets
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiomysql
@@ -17,7 +19,17 @@ import pytest
 
 from gateway.cli import main
 from gateway.server import Server
-from protocol.frames import ConvOk, Error, OpenP2P, Send, SendAck
+from protocol.frames import (
+    ConvOk,
+    Error,
+    Opaque,
+    OpenP2P,
+    Send,
+    SendAck,
+    Sync,
+    SyncPartial,
+    SyncResult,
+)
 from protocol.ops import ErrorCode
 from storage.errors import StoreUnavailable
 from storage.models import AppendStatus, NewMessage
@@ -35,6 +47,7 @@ from tests.support.services import (
     mysql_rows as rows,
 )
 from tests.support.tcpproxy import TcpProxy
+from tests.support.waiting import wait_until
 from tests.support.wire import Wire
 
 
@@ -239,7 +252,14 @@ async def test_a_server_down_fails_its_own_messages_only(tmp_path: Path) -> None
             MYSQL_PORT, name, f"SELECT max_seq FROM im_conv_seq WHERE conv_id={a}"
         ) == [(1,)]
         proxy.restore()
-        again = await alice.request(Send(0, b, "to-b", 1, b"b"), timeout=10)
+        # Answered `unavailable` until the store's probe finds the server back (0.1 s).
+        deadline = time.monotonic() + 5
+        while True:
+            again = await alice.request(Send(0, b, "to-b", 1, b"b"), timeout=10)
+            if isinstance(again, SendAck) or time.monotonic() > deadline:
+                break
+            assert isinstance(again, Error) and again.code == ErrorCode.UNAVAILABLE
+            await asyncio.sleep(0.05)
         assert isinstance(again, SendAck) and (again.conv_id, again.seq) == (b, 1)
         assert await rows(MYSQL2_PORT, name, f"SELECT seq FROM im_message_{b % 4:04d} "
                           f"WHERE conv_id={b}") == [(1,)]  # fmt: skip
@@ -252,8 +272,9 @@ async def test_a_server_down_fails_its_own_messages_only(tmp_path: Path) -> None
 
 async def test_a_store_starts_while_a_shard_server_is_down() -> None:
     """A shard server that does not answer at start makes its conversations
-    unavailable, not the gateway: the other server's work goes on, and it is used as
-    soon as it answers."""
+    unavailable, not the gateway: the other server's work goes on (a SYNC lists its
+    conversations and counts the other server missing), and it is used as soon as it
+    answers."""
     proxy, url = await proxied_second_server()
     store = MySQLStore(MySQLSettings.from_url(url))
     try:
@@ -265,13 +286,16 @@ async def test_a_store_starts_while_a_shard_server_is_down() -> None:
         await store.start()
         with pytest.raises(StoreUnavailable):
             await store.max_seq(b)
-        with pytest.raises(StoreUnavailable):
-            await store.sync(1, "d", changed_since_ms=0, after=None, limit=10)
+        page = await store.sync(1, "d", changed_since_ms=0, after=None, limit=10)
+        assert ([r.conv_id for r in page.rows], page.missing, page.servers) == ([a], 1, 2)
         (r,) = await store.append([NewMessage(a, 1, "x", 1, b"x")])
         assert r.status is AppendStatus.STORED
         proxy.restore()
+        await wait_until(lambda: not store.servers_down(), 5, "the probe finds it back")
         (r,) = await store.append([NewMessage(b, 1, "y", 1, b"y")])
         assert r.status is AppendStatus.STORED
+        page = await store.sync(1, "d", changed_since_ms=0, after=None, limit=10)
+        assert (sorted(r.conv_id for r in page.rows), page.missing) == (sorted([a, b]), 0)
     finally:
         await store.close()
         proxy.restore()
@@ -354,3 +378,185 @@ async def test_pages_come_from_a_caught_up_replica_else_from_the_primary() -> No
                 await cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
         finally:
             conn.close()
+
+
+@dataclass
+class Sent:
+    """One SEND of the traffic: its conversation, when it went out, and its answer."""
+
+    conv: int
+    cmid: str
+    at: float
+    took: float = 0.0
+    seq: int = 0  # acked at this seq
+    error: int = 0  # or refused with this code
+
+
+async def sync_pass(
+    port: int, since: Opaque, limit: int = 2
+) -> tuple[SyncResult, list[SyncResult]]:
+    """Every page of one SYNC pass of uid 1 from `since`: the last page, and all."""
+    w = await Wire.login(port, 1, "syncer")
+    try:
+        pages: list[SyncResult] = []
+        cursor: Opaque = 0
+        while True:
+            page = await w.request(Sync(0, since, cursor, limit), timeout=10)
+            assert isinstance(page, SyncResult), page
+            pages.append(page)
+            if not page.has_more:
+                return page, pages
+            cursor = page.next_cursor
+    finally:
+        await w.close()
+
+
+@pytest.mark.parametrize("fault", ["cut", "blackhole"])
+async def test_one_server_down_is_not_everyone_down(tmp_path: Path, fault: str) -> None:
+    """Traffic to three conversations on each server; the second server is cut off
+    (connections reset and refused) or black-holed (nothing answers) for 4 s. Sends to
+    the first server's conversations go on being acked; the second's are answered
+    `unavailable` (never acked) and retried with the same id; a SYNC lists the first
+    server's conversations and says one server of two is missing, without moving
+    `next_since` past it; once the server is back, a SYNC from that `next_since` lists
+    the second server's conversations, and every acked message is stored at its seq."""
+    require_port(MYSQL_PORT, "MariaDB")
+    proxy, url = await proxied_second_server()
+    server = Server(config_for(tmp_path, store=url, cache="memory://"))
+    await server.start()
+    sent: list[Sent] = []
+    stop = asyncio.Event()
+
+    async def traffic(peer: int, conv: int) -> None:
+        w = await Wire.login(server.port, peer, "d")
+        k = 0
+        try:
+            while not stop.is_set():
+                cmid = f"{conv}-{k}"
+                while not stop.is_set():  # a client retries with the same client_msg_id
+                    s = Sent(conv, cmid, time.monotonic())
+                    sent.append(s)
+                    reply = await w.request(Send(0, conv, cmid, 1, cmid.encode()), timeout=15)
+                    s.took = time.monotonic() - s.at
+                    if isinstance(reply, SendAck):
+                        s.seq = reply.seq
+                        break
+                    assert isinstance(reply, Error), reply
+                    s.error = reply.code
+                    await asyncio.sleep(0.1)
+                k += 1
+                await asyncio.sleep(0.05)
+        finally:
+            await w.close()
+
+    try:
+        alice = await Wire.login(server.port, 1)
+        convs: dict[int, bool] = {}  # conv -> on the second server
+        peers: dict[int, int] = {}
+        peer = 1000
+        while sorted(convs.values()).count(False) < 3 or sorted(convs.values()).count(True) < 3:
+            peer += 1
+            ok = await alice.request(OpenP2P(0, peer))
+            assert isinstance(ok, ConvOk)
+            second = ok.conv_id % 4 >= 2
+            if list(convs.values()).count(second) < 3:
+                convs[ok.conv_id], peers[ok.conv_id] = second, peer
+        await alice.close()
+        healthy = {c for c, second in convs.items() if not second}
+        downed = set(convs) - healthy
+        for c in convs:  # a first message each: every conversation is listed from 0
+            w = await Wire.login(server.port, peers[c], "first")
+            assert isinstance(await w.request(Send(0, c, f"{c}-first", 1, b"x")), SendAck)
+            await w.close()
+        before, _ = await sync_pass(server.port, 0)
+        assert before.partial is None
+
+        tasks = [asyncio.create_task(traffic(peers[c], c)) for c in convs]
+        await asyncio.sleep(1.5)
+        began = time.monotonic()
+        proxy.cut() if fault == "cut" else proxy.blackhole()
+        await asyncio.sleep(2.0)
+        t0 = time.monotonic()
+        # One page (rows changing under the traffic do not move past a cursor), then a
+        # pass of a page per row.
+        whole, _ = await sync_pass(server.port, before.next_since, 0)
+        sync_s = time.monotonic() - t0
+        during, in_fault_pages = await sync_pass(server.port, before.next_since, 1)
+        await asyncio.sleep(2.0)
+        ended = time.monotonic()
+        proxy.restore()
+
+        # During the fault: the healthy server's conversations, one server of two missing,
+        # and next_since not past what was missed.
+        listed = {r.conv_id for r in whole.convs}
+        assert healthy == listed, (listed, healthy)
+        assert whole.partial == SyncPartial(1, 2) and whole.next_since == before.next_since
+        assert not {r.conv_id for p in in_fault_pages for r in p.convs} & downed
+        assert all(p.partial == SyncPartial(1, 2) for p in in_fault_pages)
+        assert during.next_since == before.next_since
+
+        await asyncio.sleep(1.0)  # the second server's sends are acked again
+        stop.set()
+        await asyncio.gather(*tasks)
+
+        # After: a SYNC from that next_since brings the missed conversations, whole, at
+        # their last acked seq (the traffic has stopped: no row moves during the pass).
+        deadline = time.monotonic() + 10
+        while True:
+            _, pages = await sync_pass(server.port, during.next_since)
+            if all(p.partial is None for p in pages) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        assert all(p.partial is None for p in pages)
+        rows = {r.conv_id: r.max_seq for p in pages for r in p.convs}
+        last = {c: max(s.seq for s in sent if s.conv == c) for c in convs}
+        assert rows == last
+
+        in_fault = [s for s in sent if began <= s.at < ended]
+        ok_healthy = [s for s in in_fault if s.conv in healthy and s.seq]
+        to_healthy = [s for s in in_fault if s.conv in healthy]
+        to_downed = [s for s in in_fault if s.conv in downed]
+        # A send to the downed server is never acked while it is down...
+        assert to_downed and not [s for s in to_downed if s.seq and s.at > began + 0.05]
+        assert all(s.seq or s.error == ErrorCode.UNAVAILABLE for s in to_downed)
+        # ... and the healthy server's are.
+        share = len(ok_healthy) / len(to_healthy)
+        assert share >= 0.95, [s for s in to_healthy if not s.seq]
+        assert all(s.seq for s in sent if s.at > ended + 1.0 and s.at < ended + 1.5)
+
+        # Every acked message is stored, once, at its acked seq.
+        acked = {(s.conv, s.cmid): s.seq for s in sent if s.seq}
+        name = MySQLSettings.from_url(url).database
+        for c in convs:
+            port = MYSQL2_PORT if c in downed else MYSQL_PORT
+            stored = await rows_of(port, name, c)
+            mine = {cmid: seq for (conv, cmid), seq in acked.items() if conv == c}
+            assert {m: stored[m] for m in mine} == mine
+            assert len(set(stored.values())) == len(stored)
+        took = sorted(s.took for s in ok_healthy)
+        print(
+            f"{fault}: {len(ok_healthy)}/{len(to_healthy)} sends to the healthy server acked "
+            f"during the fault ({share:.1%}; p50 {took[len(took) // 2]:.3f} s, max "
+            f"{took[-1]:.3f} s); {len(to_downed)} sends to the downed server, all "
+            f"unavailable; SYNC during the fault: {len(listed)} conversations in "
+            f"{len(in_fault_pages)} pages, partial {[p.partial for p in in_fault_pages]}, "
+            f"next_since kept: {during.next_since == before.next_since}, {sync_s:.3f} s; "
+            f"after: {len(rows)} conversations at their last acked seq, the {len(downed)} "
+            "missed ones included"
+        )
+    finally:
+        stop.set()
+        await server.shutdown()
+        proxy.restore()
+        await drop_mysql(url)
+        await proxy.close()
+
+
+async def rows_of(port: int, database: str, conv: int) -> dict[str, int]:
+    """client_msg_id -> seq of the messages stored for `conv` (on the server at `port`)."""
+    got = await rows(
+        port, database, f"SELECT client_msg_id, seq FROM im_message_{conv % 4:04d} "
+        f"WHERE conv_id={conv}"
+    )  # fmt: skip
+    return {bytes(m).decode() if isinstance(m, bytes | bytearray) else str(m): int(s)
+            for m, s in got}  # fmt: skip

@@ -103,6 +103,10 @@ SAMPLES: list[tuple[f.Frame, list[Any]]] = [
         [31, 4, 17, 0, False, [list(CONV), list(CONV2)]],
     ),
     (f.SyncResult(4, "s", b"c", True, ()), [31, 4, "s", b"c", True, []]),
+    (
+        f.SyncResult(4, b"s", b"c", False, (CONV,), f.SyncPartial(1, 2)),
+        [31, 4, b"s", b"c", False, [list(CONV)], {"missing": 1, "servers": 2}],
+    ),
     (f.PullResult(5, 9, True, (MSG, MSG2)), [33, 5, 9, True, [list(MSG), list(MSG2)]]),
     (f.HistoryResult(6, 9, False, (MSG,)), [35, 6, 9, False, [list(MSG)]]),
     (f.SyncHint(), [36]),
@@ -175,6 +179,7 @@ _FIELD: dict[str, st.SearchStrategy[Any]] = {
     "next_cursor": opaque,
     "has_more": st.booleans(),
     "convs": st.lists(conv_records, max_size=4).map(tuple),
+    "partial": st.none() | st.builds(f.SyncPartial, u64, u64),
     "msgs": st.lists(msg_records, max_size=4).map(tuple),
     "recall_seq": u64,
     "owner_uid": ids,

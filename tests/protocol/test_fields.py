@@ -249,6 +249,18 @@ def test_extra_elements_and_unknown_keys_are_ignored() -> None:
     assert decode([27, 3, [[1, ["a"], "x"]]], Side.CLIENT) == f.PresenceResult(3, ((1, ("a",)),))
 
 
+def test_a_partial_sync_result_carries_its_missing_servers() -> None:
+    head = [31, 4, b"S", 0, False, []]
+    partial = {"missing": 1, "servers": 3, "future": [1]}
+    assert decode([*head, partial, "extra"], Side.CLIENT) == f.SyncResult(
+        4, b"S", 0, False, (), f.SyncPartial(1, 3)
+    )
+    for bad in ([1, 3], {"missing": 1}, {"missing": -1, "servers": 3}):
+        result = decode([*head, bad], Side.CLIENT)
+        assert isinstance(result, f.Invalid), bad
+        assert "partial" in result.text
+
+
 def test_push_register_opts_default_and_unknown_keys_are_ignored() -> None:
     assert decode([80, 14, "apns", "t", {}]) == f.PushRegister(14, "apns", "t", False, "")
     opts = {"preview": True, "sound": "ping", 7: 8, b"locale": 1}

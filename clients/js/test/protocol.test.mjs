@@ -96,6 +96,9 @@ describe("frames", () => {
     const sync = decodeServerFrame(enc([31, 3, new Uint8Array([1, 2]), new Uint8Array([3]), true, [[7, 2, 9, 1, 1, 8, 5, true]], "extra"]));
     assert.deepEqual(sync.convs, [{ convId: 7n, kind: 2, maxSeq: 9n, readSeq: 1n, deliveredSeq: 1n, unread: 8, lastActiveMs: 5, isMember: true }]);
     assert.deepEqual([...sync.nextSince], [1, 2]);
+    assert.equal(sync.partial, undefined);
+    const partial = decodeServerFrame(enc([31, 3, new Uint8Array([1]), 0, false, [], { missing: 1, servers: 2, later: 0 }]));
+    assert.deepEqual(partial.partial, { missing: 1, servers: 2 });
     const pull = decodeServerFrame(enc([33, 4, 7, false, [[1, 10, 2, 1, new Uint8Array([104]), 5, "x"]]]));
     assert.equal(pull.messages[0].convId, 7n);
     assert.equal(pull.messages[0].text, "h");

@@ -106,6 +106,9 @@ export interface SyncResult {
   nextCursor: Opaque;
   hasMore: boolean;
   convs: Conv[];
+  /** Present when `missing` of the `servers` holding your conversations did not answer:
+   * their conversations are not in this answer; SYNC again later from `nextSince`. */
+  partial?: { missing: number; servers: number };
 }
 export interface PullResult {
   kind: "pull_result";
@@ -303,6 +306,13 @@ function conv(v: unknown, what: string): Conv {
   };
 }
 
+/** SYNC_RESULT's optional `partial` map; anything else in its place is ignored. */
+function syncPartial(v: unknown, w: string): { partial?: { missing: number; servers: number } } {
+  if (v === null || typeof v !== "object" || Array.isArray(v) || v instanceof Uint8Array) return {};
+  const m = v as Record<string, unknown>;
+  return { partial: { missing: int(m.missing, `${w} partial.missing`), servers: int(m.servers, `${w} partial.servers`) } };
+}
+
 function uidList(v: unknown, what: string): bigint[] {
   return arr(v, what).map((u) => u64(u, what));
 }
@@ -392,6 +402,7 @@ export function decodeServerFrame(body: Uint8Array): ServerFrame {
         nextCursor: opaque(at(f, 3, w), `${w} next_cursor`),
         hasMore: bool(at(f, 4, w), `${w} has_more`),
         convs: arr(at(f, 5, w), w).map((c, i) => conv(c, `${w} conv ${i}`)),
+        ...syncPartial(f[6], w),
       };
     }
     case Op.PULL_RESULT:
