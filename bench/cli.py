@@ -16,6 +16,15 @@ bench-<scenario>.json), PNG charts and a short report beside it.
 
     imgw bench connect --connections 15000 --spawn-gateway --transport ws
 
+    imgw bench agent --coordinator redis://ctl:6379/0          # on each load machine
+    imgw bench connect --connections 1000000 --agents 8 --coordinator redis://ctl:6379/0 \
+        --addr 10.0.0.5:7070 --token-key k1:SECRET
+
+--agents N runs connect and storm on N agents instead of here: `imgw bench agent` on
+each load machine waits on the --coordinator Redis for its share (connections, uid
+range, ramp, source addresses); the controller starts them together, sums their reports
+into the same progress line and JSON, and adds a per-agent breakdown under `agents`.
+
 --transport ws runs connect, storm, chat and group over WebSocket instead of the plain
 TCP protocol: with --spawn-gateway the gateway also gets --ws-listen on a free port and
 the load connects to ws://127.0.0.1:PORT/ws; with --addr, --addr names the WebSocket
@@ -117,6 +126,20 @@ def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:
         help="connect with TLS (with --spawn-gateway the bench makes a test certificate; "
         "the generators do not verify it)",
     )
+    p.add_argument(
+        "--agents", type=int, default=0, metavar="N",
+        help="run the connections on N agents (`imgw bench agent` on each load machine) "
+        "instead of here, split evenly: uid ranges, ramp, source addresses (needs "
+        "--coordinator)",
+    )  # fmt: skip
+    p.add_argument(
+        "--coordinator", metavar="URL",
+        help="with --agents: the Redis the agents wait on, redis://host:port/db[?prefix=...]",
+    )  # fmt: skip
+    p.add_argument(
+        "--agents-wait", type=float, default=60.0, metavar="S",
+        help="with --agents: how long to wait for N idle agents to register (60)",
+    )  # fmt: skip
 
 
 def _rates(p: argparse.ArgumentParser, rate: float) -> None:
@@ -156,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="imgw bench", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     sub = parser.add_subparsers(dest="scenario", metavar="SCENARIO", required=True)
+    from bench.agent import add_parser as add_agent
+
+    add_agent(sub)
     c = sub.add_parser("connect", help="ramp and hold logged-in connections")
     _holders(c, 10_000, 5_000)
     c.add_argument("--hold", type=float, default=60.0, help="seconds to hold (60)")
@@ -204,7 +230,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_agents(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if not getattr(args, "agents", 0):
+        if getattr(args, "coordinator", None):
+            p.error("--coordinator is for runs on agents: add --agents N")
+        return
+    if args.agents < 1:
+        p.error("--agents must be >= 1")
+    if not args.coordinator:
+        p.error("--agents needs --coordinator redis://host:port/db (where the agents wait)")
+    if not args.coordinator.startswith(("redis://", "rediss://")):
+        p.error("--coordinator takes a redis:// URL")
+    if getattr(args, "transport", "tcp") == "ws":
+        p.error("--agents runs the plain TCP protocol: leave out --transport ws")
+
+
 def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    _check_agents(p, args)
     if args.spawn_gateway == bool(args.addr):
         p.error("give exactly one of --spawn-gateway and --addr HOST:PORT")
     if args.addr and (not args.token_key or ":" not in args.token_key):
@@ -291,6 +333,10 @@ def _preload_s(args: argparse.Namespace) -> float:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.scenario == "agent":
+        from bench.agent import main as agent_main
+
+        return agent_main(args)
     _check(parser, args)
     set_log_name(f"bench {args.scenario}")
     json_path = Path(args.json or f"bench-{args.scenario}.json")

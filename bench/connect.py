@@ -34,6 +34,7 @@ from bench.common import (
 )
 from bench.fleet import Fleet, FleetView, gateway_alive, progress_line
 from bench.preload import PRELOAD_UID0
+from bench.remote import RemoteFleet
 from bench.run import Run
 
 UID_SPAN = 10_000_000
@@ -46,7 +47,7 @@ def _per_conn(total: int | None, base: int | None, n: int) -> int | None:
 
 
 def ramp_up(
-    run: Run, fleet: Fleet, target: int, phase: str, timeout_s: float, t0: float
+    run: Run, fleet: Fleet | RemoteFleet, target: int, phase: str, timeout_s: float, t0: float
 ) -> tuple[FleetView, float]:
     """Wait until `target` connections are held, or held or given up after every try
     (or time runs out); the view and the seconds it took."""
@@ -70,6 +71,25 @@ def ramp_up(
     return view, time.monotonic() - started
 
 
+def make_fleet(args: argparse.Namespace, **fleet: Any) -> Fleet | RemoteFleet:
+    """The generators of a connect or storm run: processes here, or with `--agents N`
+    processes on N agents (bench.agent)."""
+    if getattr(args, "agents", 0):
+        return RemoteFleet(args.coordinator, args.agents, args.agents_wait, **fleet)
+    return Fleet(**fleet)
+
+
+def generator_cpu_us_per(
+    run: Run, fleet: Fleet | RemoteFleet, t0: float, t1: float, ops: int
+) -> float | None:
+    """The generators' CPU µs per operation over [t0, t1]: sampled here, or as the
+    agents reported it."""
+    if isinstance(fleet, RemoteFleet):
+        cpu = fleet.cpu_seconds(t0, t1)
+        return round(1e6 * cpu / ops, 1) if cpu is not None and ops > 0 else None
+    return cpu_us_per(run, t0, t1, ops, "generators")
+
+
 def cpu_us_per(run: Run, t0: float, t1: float, ops: int, group: str = "gateway") -> float | None:
     """The CPU µs per operation of `group` (the gateway's processes, or the generators')
     over [t0, t1] (force-sampled at both ends)."""
@@ -77,7 +97,9 @@ def cpu_us_per(run: Run, t0: float, t1: float, ops: int, group: str = "gateway")
     return round(1e6 * cpu / ops, 1) if cpu is not None and ops > 0 else None
 
 
-def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict[str, Any]:
+def hold(
+    run: Run, fleet: Fleet | RemoteFleet, seconds: float, target: int, t0: float
+) -> dict[str, Any]:
     """Hold for `seconds`; the minimum held, the drops, memory at the end, and the
     gateway's CPU per PING answered meanwhile."""
     view = fleet.poll(0.5)
@@ -101,7 +123,7 @@ def hold(run: Run, fleet: Fleet, seconds: float, target: int, t0: float) -> dict
         "pings": pongs,
         "cpu_us_per_ping": cpu_us_per(run, t_start, t_end, pongs),
         "kernel_percent": run.sampler.kernel_percent("gateway", t_start, t_end),
-        "generator_cpu_us_per_ping": cpu_us_per(run, t_start, t_end, pongs, "generators"),
+        "generator_cpu_us_per_ping": generator_cpu_us_per(run, fleet, t_start, t_end, pongs),
         "view": view,
         "held_min": held_min,
         "drops": view.drops - drops0,
@@ -119,8 +141,8 @@ def gateway_pss(run: Run) -> int | None:
 
 def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     n = args.connections
-    fleet = Fleet(
-        connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb,
+    fleet = make_fleet(
+        args, connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb,
         sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout, ws_path=run.ws_path,
     )  # fmt: skip
     result: dict[str, Any] = {
@@ -161,6 +183,8 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         gen_rss, gen_base = h["view"].rss, h["view"].rss_baseline
     finally:
         fleet.stop()
+        if isinstance(fleet, RemoteFleet):
+            result["agents"] = fleet.results()
     # Memory was sampled at the end of the hold: per connection held at that moment.
     held = h["view"].held
     kernel = {k: h["kernel"][k] - base_kernel[k] for k in base_kernel}
@@ -189,8 +213,8 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
 
 def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     n = args.connections
-    fleet = Fleet(
-        connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb, sync=True,
+    fleet = make_fleet(
+        args, connections=n, per_proc=args.per_proc, ramp=args.ramp, hb_s=args.hb, sync=True,
         reconnect=True, backoff_base_s=args.backoff_base, backoff_cap_s=args.backoff_cap,
         sock_buf=args.sock_buf, tls=args.tls, timeout_s=args.timeout,
         keep_since=not args.fresh_sync, pipeline_sync=not args.sync_after_login_ok,
@@ -254,6 +278,8 @@ def run_storm(args: argparse.Namespace, run: Run) -> dict[str, Any]:
         result["gateway_pids"] = gw.pids()
     finally:
         fleet.stop()
+        if isinstance(fleet, RemoteFleet):
+            result["agents"] = fleet.results()
     result.update(
         connections_held=view.held,
         recovered=view.held >= n,

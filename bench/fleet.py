@@ -59,6 +59,7 @@ class Fleet:
         keep_since: bool = True,
         pipeline_sync: bool = True,
         ws_path: str | None = None,
+        net: int | None = None,
         timeout_s: float,
     ) -> None:
         if per_proc > MAX_PER_PROC:
@@ -84,7 +85,8 @@ class Fleet:
         self.rss_baseline = 0
         # Source addresses: one per process, in a /16 picked per run (no TIME_WAIT clash
         # with an earlier run), e.g. 127.113.0.1, 127.113.0.2, ...
-        self.net = 100 + secrets.randbelow(150)
+        # (an agent is given its own by the controller)
+        self.net = net if net is not None else 100 + secrets.randbelow(150)
 
     def src_ip(self, i: int) -> str:
         return f"127.{self.net}.{i // 250}.{1 + i % 250}"

@@ -31,6 +31,7 @@ SLOW_PATHS = (
     # archive runs end to end: stores filled with history, moved to file:// and s3://
     # tiers at their paced rate, `imgw archive run` subprocesses, MariaDB and Redis
     "archive/",
+    "bench/",  # `imgw bench` controllers and agents, coordinated through Redis
     "cluster/",  # gateway processes on MariaDB + Redis + RabbitMQ
     "e2e/",  # gateways on real sockets: in-process on every backend, or processes
     "faults/",  # MariaDB and Redis through fault-injecting proxies
@@ -78,6 +79,8 @@ SERVICE_PORTS = {
     6379: "Redis",
     5672: "RabbitMQ",
     **{p: "Redis Cluster" for p in (7101, 7102, 7103)},
+    **{p: "Redis Cluster with replicas" for p in range(7111, 7117)},
+    **{p: "Redis with Sentinels" for p in (7121, 7122, 7131, 7132, 7133)},
 }
 
 

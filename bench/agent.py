@@ -1,0 +1,243 @@
+"""`imgw bench agent`: a load machine's share of a bench run, run for a controller.
+
+    imgw bench agent --coordinator redis://ctl-host:6379/0 [--name NAME] [--allow HOST]
+
+The agent registers with the coordinating Redis (bench.coordinator) and waits for work.
+A controller (`imgw bench connect --agents N --coordinator URL ...`) sends it its share:
+a count of connections, a uid range, a ramp rate, and a /16 of loopback source addresses
+for its generator processes (bench.fleet, the same processes a single-machine run
+starts). The agent builds its fleet, reports `ready`, and starts it when the controller
+sends `go` to every agent at once (the start barrier). Each second it reports its counts,
+its generator processes' CPU seconds and RSS, and the machine's kernel memory for sockets
+against what it was before the run.
+
+Bounded: the agent stops its share and goes back to waiting when the controller asks,
+when the run is aborted, when the controller's lease on the run lapses (a controller
+that died), or at the work's deadline; and it only sends traffic to the addresses it is
+allowed (`--allow`, loopback by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import ipaddress
+import os
+import signal
+import socket
+import time
+import traceback
+from typing import Any, Final
+
+from bench.common import CLK_TCK, BenchError, Sampler, kernel_memory, log, set_log_name
+from bench.coordinator import Coordinator
+from bench.fleet import Fleet, FleetView
+
+GO_WAIT_S: Final = 120.0  # from `ready` to the controller's `go`
+REPORT_EVERY_S: Final = 1.0
+DEFAULT_ALLOW: Final = ("127.0.0.0/8", "::1/128")
+
+
+def allowed(host: str, allow: list[str]) -> bool:
+    """Whether `host` (an address or a name) is one the agent may load: inside one of
+    the `allow` networks, or equal to one of its host names."""
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+    except OSError:
+        return False
+    for rule in allow:
+        if rule == host:
+            return True
+        try:
+            net = ipaddress.ip_network(rule, strict=False)
+        except ValueError:
+            continue
+        if addresses and all(ipaddress.ip_address(str(a).split("%")[0]) in net for a in addresses):
+            return True
+    return False
+
+
+class Agent:
+    def __init__(self, coordinator: Coordinator, name: str, allow: list[str]) -> None:
+        self.c = coordinator
+        self.name = name
+        self.allow = allow
+        self.state = "idle"
+        self.run_id: str | None = None
+        self.last_register = 0.0
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "cores": os.cpu_count(),
+            "state": self.state,
+            "run": self.run_id,
+        }
+
+    def heartbeat(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self.last_register >= 1.0:
+            self.c.register(self.name, self.info())
+            self.last_register = now
+
+    def serve(self, once: bool = False) -> None:
+        """Wait for work and run it, until interrupted (or after one run with `once`)."""
+        log(f"agent {self.name} waiting for work on {self.c.prefix}* (allowed: {self.allow})")
+        try:
+            while True:
+                self.heartbeat()
+                msg = self.c.receive(self.name, 1.0)
+                if msg is None or msg.get("kind") != "work":
+                    continue  # a go or stop of a run that is over
+                self.work(msg)
+                if once:
+                    return
+        finally:
+            self.c.unregister(self.name)
+
+    def work(self, msg: dict[str, Any]) -> None:
+        run = str(msg["run"])
+        self.run_id, self.state = run, "busy"
+        self.heartbeat(force=True)
+        report: dict[str, Any] = {"state": "ready", "t": time.time()}
+        fleet: Fleet | None = None
+        try:
+            share = msg["share"]
+            if not allowed(share["host"], self.allow):
+                raise BenchError(
+                    f"the run targets {share['host']}, which this agent is not allowed to "
+                    f"load (--allow {' '.join(self.allow)})"
+                )
+            fleet = Fleet(**share["fleet"])
+            target = f"{share['host']}:{share['port']}"
+            n = share["fleet"]["connections"]
+            log(f"run {run}: {n:,} connections to {target}, from {fleet.src_ip(0)}..")
+            self.c.report(run, self.name, report)
+            if not self._wait_go(run):
+                return
+            self._drive(run, fleet, share)
+        except Exception as e:
+            log(f"run {run} failed: {e}")
+            self.c.report(run, self.name, {"state": "error", "error": str(e), "t": time.time(),
+                                           "trace": traceback.format_exc(limit=5)})  # fmt: skip
+        finally:
+            if fleet is not None:
+                fleet.stop()
+            self.run_id, self.state = None, "idle"
+            self.heartbeat(force=True)
+
+    def _wait_go(self, run: str) -> bool:
+        deadline = time.monotonic() + GO_WAIT_S
+        while time.monotonic() < deadline:
+            self.heartbeat()
+            msg = self.c.receive(self.name, 0.2)
+            if msg is not None and msg.get("run") == run:
+                if msg["kind"] == "go":
+                    return True
+                if msg["kind"] == "stop":
+                    return False
+            if not self.c.run_held(run) or self.c.aborted(run):
+                log(f"run {run}: the controller is gone; back to waiting")
+                return False
+        raise BenchError(f"no go from the controller within {GO_WAIT_S:g} s")
+
+    def _drive(self, run: str, fleet: Fleet, share: dict[str, Any]) -> None:
+        sampler = Sampler()
+        sampler.watch("generators", fleet.pids)
+        kernel0 = kernel_memory()
+        fleet.start(share["host"], share["port"], share["kid"], share["secret"], share["uid0"])
+        deadline = time.monotonic() + float(share["fleet"]["timeout_s"])
+        state = "running"
+        seq = 0
+        while True:
+            view = fleet.poll(REPORT_EVERY_S)
+            sampler.sample(force=True)
+            self.heartbeat()
+            msg = self.c.receive(self.name, 0)
+            if msg is not None and msg.get("run") == run and msg["kind"] == "stop":
+                state = "stopping"
+            elif not self.c.run_held(run):
+                state = "orphaned"
+            elif why := self.c.aborted(run):
+                state = "aborted"
+                log(f"run {run} aborted by the controller: {why}")
+            elif time.monotonic() > deadline:
+                state = "timed out"
+            seq += 1
+            self.c.report(run, self.name, _report(seq, state, view, sampler, kernel0))
+            if state != "running":
+                break
+        fleet.stop()
+        if state == "orphaned":
+            log(f"run {run}: the controller's lease lapsed; stopped")
+        view = fleet.poll(0)
+        sampler.sample(force=True)
+        final = "stopped" if state == "stopping" else state
+        self.c.report(run, self.name, _report(seq + 1, final, view, sampler, kernel0))
+
+
+def _report(
+    seq: int, state: str, view: FleetView, sampler: Sampler, kernel0: dict[str, int]
+) -> dict[str, Any]:
+    rows = sampler.samples.get("generators", [])
+    kernel = kernel_memory()
+    return {
+        "seq": seq,
+        "state": state,
+        "t": time.time(),
+        "view": dataclasses.asdict(view),
+        "cpu_s": rows[-1][1] / CLK_TCK if rows else 0.0,
+        "rss": rows[-1][2] if rows else 0,
+        "kernel": {k: kernel[k] - kernel0[k] for k in kernel0},
+    }
+
+
+def default_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "agent",
+        help="run a share of bench runs on this machine, for a controller",
+        description=(__doc__ or "").split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--coordinator", required=True, metavar="URL",
+        help="the Redis the controller uses: redis://host:port/db[?prefix=...]",
+    )  # fmt: skip
+    p.add_argument("--name", help="this agent's name (default: HOSTNAME-PID)")
+    p.add_argument("--allow", action="append", metavar="NET|HOST",
+                   help="an address (CIDR) or host name it may load; repeatable "
+                        "(default: loopback only)")  # fmt: skip
+    p.add_argument("--once", action="store_true", help="exit after one run")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    set_log_name("bench agent")
+    from gateway.net.openfiles import raise_nofile
+
+    raise_nofile()
+    try:
+        coordinator = Coordinator(args.coordinator)
+        coordinator.ping()
+    except Exception as e:
+        log(f"cannot reach the coordinator {args.coordinator}: {e}")
+        return 1
+    agent = Agent(coordinator, args.name or default_name(), args.allow or list(DEFAULT_ALLOW))
+    previous = signal.signal(signal.SIGTERM, _as_interrupt)
+    try:
+        agent.serve(once=args.once)
+    except KeyboardInterrupt:
+        log("interrupted")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        coordinator.close()
+    return 0
+
+
+def _as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,236 @@
+"""The controller's side of a run on agents: a fleet whose processes run on other
+machines (bench.agent), with the interface of the local one (bench.fleet.Fleet), so
+the scenarios drive either.
+
+`start` waits for enough idle agents, splits the connections, the uid range, the ramp
+and the source addresses between them, sends each its share, waits until every one is
+ready and sends them all `go` (the start barrier). `poll` reads every agent's latest
+report and sums them into one view; an agent that reports an error, stops reporting
+(killed, its machine gone) or stops on its own fails the run, loudly, rather than
+leaving its share out of the figures. `stop` stops them and waits for their last
+reports. The controller holds a lease on the run while it lives: agents whose
+controller died stop by themselves.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from bench.common import BenchError, log
+from bench.coordinator import Coordinator
+from bench.fleet import MAX_PER_PROC, FleetView
+
+READY_WAIT_S: Final = 60.0  # from the work sent to every agent ready
+STALE_S: Final = 5.0  # an agent whose report has not changed this long is taken for dead
+STOP_WAIT_S: Final = 60.0
+
+
+@dataclass
+class _Agent:
+    name: str
+    host: str
+    connections: int
+    net: int
+    seq: int = -1
+    changed_at: float = field(default_factory=time.monotonic)
+    report: dict[str, Any] | None = None
+    cpu: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, CPU s)
+
+
+class RemoteFleet:
+    """A fleet of `agents` agents found through `coordinator`; `fleet` is what a local
+    Fleet would be given (connections, per_proc, ramp, hb_s, ... timeout_s)."""
+
+    def __init__(self, coordinator: str, agents: int, agents_wait_s: float, **fleet: Any) -> None:
+        if agents < 1:
+            raise BenchError("--agents must be >= 1")
+        if int(fleet["per_proc"]) > MAX_PER_PROC:
+            raise BenchError(f"--per-proc must be <= {MAX_PER_PROC} (20,000 files a process)")
+        self.c = Coordinator(coordinator)
+        self.n = agents
+        self.agents_wait_s = agents_wait_s
+        self.fleet = fleet
+        self.connections = int(fleet["connections"])
+        self.shares = [self.connections // agents] * agents
+        for i in range(self.connections % agents):
+            self.shares[i] += 1
+        per_proc = int(fleet["per_proc"])
+        self.procs_n = sum(max(1, math.ceil(n / per_proc)) for n in self.shares)
+        self.base_net = 100 + secrets.randbelow(150 - agents)
+        self.run = secrets.token_hex(6)
+        self.agents: list[_Agent] = []
+        self._lease_stop = threading.Event()
+        self._lease: threading.Thread | None = None
+        self.failed: str | None = None
+
+    def src_ip(self, i: int) -> str:
+        return f"127.{self.base_net}.{i // 250}.{1 + i % 250}"
+
+    def pids(self) -> list[int]:
+        return []  # the generators run on the agents' machines: they report their CPU
+
+    def _idle_agents(self) -> dict[str, dict[str, Any]]:
+        deadline = time.monotonic() + self.agents_wait_s
+        while True:
+            idle = {n: a for n, a in self.c.agents().items() if a.get("state") == "idle"}
+            if len(idle) >= self.n:
+                return idle
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"{len(idle)} idle agents of the {self.n} needed registered on "
+                    f"{self.c.prefix}* after {self.agents_wait_s:g} s: start "
+                    f"`imgw bench agent --coordinator URL` on each load machine"
+                )
+            time.sleep(0.5)
+
+    def start(self, host: str, port: int, kid: str, secret: str, uid0: int) -> None:
+        idle = self._idle_agents()
+        self.c.hold_run(self.run)
+        self._lease = threading.Thread(target=self._hold, name="bench-run-lease", daemon=True)
+        self._lease.start()
+        for i, name in enumerate(sorted(idle)[: self.n]):
+            n = self.shares[i]
+            agent = _Agent(name, str(idle[name].get("host", "?")), n, self.base_net + i)
+            self.agents.append(agent)
+            fleet = {**self.fleet, "connections": n, "net": agent.net,
+                     "ramp": float(self.fleet["ramp"]) * n / self.connections}  # fmt: skip
+            share = {"host": host, "port": port, "kid": kid, "secret": secret, "uid0": uid0,
+                     "fleet": fleet}  # fmt: skip
+            self.c.send(name, {"kind": "work", "run": self.run, "share": share})
+            uid0 += n
+        log(f"run {self.run} on agents {', '.join(a.name for a in self.agents)}; "
+            "waiting for every one to be ready")  # fmt: skip
+        deadline = time.monotonic() + READY_WAIT_S
+        while True:
+            reports = self.c.reports(self.run, [a.name for a in self.agents])
+            for name, r in reports.items():
+                if r is not None and r.get("state") == "error":
+                    self._fail(f"agent {name} refused the run: {r.get('error')}")
+            if all(r is not None for r in reports.values()):
+                break
+            if time.monotonic() > deadline:
+                late = [n for n, r in reports.items() if r is None]
+                self._fail(f"agents {', '.join(late)} not ready after {READY_WAIT_S:g} s")
+            time.sleep(0.1)
+        for a in self.agents:  # the start barrier
+            self.c.send(a.name, {"kind": "go", "run": self.run})
+        now = time.monotonic()
+        for a in self.agents:
+            a.changed_at = now
+
+    def _hold(self) -> None:
+        while not self._lease_stop.wait(1.0):
+            try:
+                self.c.hold_run(self.run)
+            except Exception as e:  # the next renewal may get through
+                log(f"renewing the run's lease failed: {e}")
+
+    def _fail(self, why: str) -> None:
+        self.failed = why
+        raise BenchError(why)
+
+    def poll(self, wait_s: float) -> FleetView:
+        if wait_s > 0:
+            time.sleep(wait_s)
+        now = time.monotonic()
+        reports = self.c.reports(self.run, [a.name for a in self.agents])
+        view = FleetView()
+        for a in self.agents:
+            r = reports[a.name]
+            if r is not None and r.get("seq", 0) != a.seq:
+                a.seq, a.report, a.changed_at = r.get("seq", 0), r, now
+                if "cpu_s" in r:
+                    a.cpu.append((now, float(r["cpu_s"])))
+            r = a.report
+            if r is not None and r.get("state") == "error":
+                self._fail(f"agent {a.name} failed: {r.get('error')}")
+            if r is not None and r.get("state") not in ("ready", "running", "stopping", "stopped"):
+                self._fail(f"agent {a.name} stopped on its own: {r.get('state')}")
+            if now - a.changed_at > STALE_S:
+                alive = self.c.alive([a.name])[a.name]
+                self._fail(
+                    f"agent {a.name} ({a.host}) sent no report for {now - a.changed_at:.0f} s"
+                    + ("" if alive else ", and its registration lapsed: it died")
+                )
+            if r is not None and "view" in r:
+                _add(view, r["view"])
+        return view
+
+    def cpu_seconds(self, t0: float, t1: float) -> float | None:
+        """The agents' generator CPU seconds between their first report at or after `t0`
+        and their last at or before `t1` (controller time), summed."""
+        total = 0.0
+        for a in self.agents:
+            rows = [c for t, c in a.cpu if t0 <= t <= t1]
+            if len(rows) < 2:
+                return None
+            total += rows[-1] - rows[0]
+        return total
+
+    def stop(self) -> None:
+        if not self.agents:
+            self.c.close()
+            return
+        if self.failed:
+            self.c.abort(self.run, self.failed)
+        for a in self.agents:
+            self.c.send(a.name, {"kind": "stop", "run": self.run})
+        deadline = time.monotonic() + STOP_WAIT_S
+        waiting = {a.name for a in self.agents}
+        while waiting and time.monotonic() < deadline:
+            for name, r in self.c.reports(self.run, sorted(waiting)).items():
+                if r is None or r.get("state") not in ("ready", "running", "stopping"):
+                    waiting.discard(name)
+                    agent = next(a for a in self.agents if a.name == name)
+                    agent.report = r or agent.report
+            time.sleep(0.2)
+        if waiting:
+            log(f"agents {', '.join(sorted(waiting))} did not confirm the stop")
+        self._lease_stop.set()
+        self.c.end_run(self.run)
+        self.c.close()
+
+    def results(self) -> list[dict[str, Any]]:
+        """One entry per agent for the result's `agents` key: its share and what it
+        reported last."""
+        out: list[dict[str, Any]] = []
+        for a in self.agents:
+            r = a.report or {}
+            v = r.get("view", {})
+            held = int(v.get("held", 0))
+            kernel = r.get("kernel", {})
+            out.append({
+                "name": a.name, "host": a.host, "source_net": f"127.{a.net}.0.0/16",
+                "connections_target": a.connections, "connections_held": held,
+                "logins": v.get("logins"), "drops": v.get("drops"),
+                "errors": sum(v.get("errors", {}).values()), "state": r.get("state"),
+                "generator_rss_bytes": r.get("rss"),
+                "generator_rss_per_conn_bytes": _per(r.get("rss"), v.get("rss_baseline"), held),
+                "generator_cpu_s": r.get("cpu_s"),
+                "kernel_slab_per_conn_bytes": _per(kernel.get("slab"), 0, held),
+                "kernel_tcp_buffers_per_conn_bytes": _per(kernel.get("tcp_buffers"), 0, held),
+            })  # fmt: skip
+        return out
+
+
+def _per(total: int | None, base: int | None, n: int) -> int | None:
+    if total is None or base is None or n <= 0:
+        return None
+    return round((total - base) / n)
+
+
+def _add(view: FleetView, v: dict[str, Any]) -> None:
+    """Add one agent's view to the sum."""
+    for name in ("started", "held", "logins", "drops", "rss", "rss_baseline", "gave_up",
+                 "pongs", "syncs", "unavailable_over_2"):  # fmt: skip
+        setattr(view, name, getattr(view, name) + int(v.get(name, 0)))
+    for name in ("errors", "kicks"):
+        mine: dict[str, int] = getattr(view, name)
+        for k, n in v.get(name, {}).items():
+            mine[k] = mine.get(k, 0) + int(n)
+    view.unavailable_max = max(view.unavailable_max, int(v.get("unavailable_max", 0)))

@@ -1,0 +1,177 @@
+"""`imgw bench` on agents: a controller and three `imgw bench agent` processes on this
+machine, coordinated through the real Redis. The merged figures of a run on agents
+match a single-machine run of the same load; an agent killed mid-run fails the run
+loudly, and the others stop; agents whose controller died stop by themselves."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.coordinator import Coordinator
+from tests.support.services import require_port
+
+PRODUCTION = [
+    "--store", "mysql://root:@127.0.0.1:3306/", "--cache", "redis://127.0.0.1:6379/0",
+    "--bus", "amqp://guest:guest@127.0.0.1:5672/", "--shards", "2",
+]  # fmt: skip
+
+
+@pytest.fixture
+def coordinator() -> Iterator[str]:
+    require_port(6379, "Redis")
+    url = f"redis://127.0.0.1:6379/0?prefix=imgwtest:bench:{secrets.token_hex(4)}:"
+    yield url
+    c = Coordinator(url)
+    for key in c._redis.scan_iter(match=c.prefix + "*"):
+        c._redis.delete(key)
+    c.close()
+
+
+def start_agents(tmp_path: Path, url: str, n: int) -> list[subprocess.Popen[str]]:
+    agents = []
+    for i in range(n):
+        cmd = [sys.executable, "-m", "gateway.cli", "bench", "agent", "--coordinator", url]
+        with (tmp_path / f"agent{i}.log").open("w") as log:
+            agents.append(
+                subprocess.Popen(
+                    [*cmd, "--name", f"agent{i}"],
+                    cwd=tmp_path,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
+    c = Coordinator(url)
+    try:
+        deadline = time.monotonic() + 30
+        while len(c.agents()) < n:
+            assert time.monotonic() < deadline, "the agents did not register"
+            time.sleep(0.2)
+    finally:
+        c.close()
+    return agents
+
+
+def stop_agents(agents: list[subprocess.Popen[str]]) -> None:
+    for a in agents:
+        if a.poll() is None:
+            os.killpg(a.pid, signal.SIGTERM)
+    for a in agents:
+        try:
+            a.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(a.pid, signal.SIGKILL)
+            a.wait(10)
+
+
+def bench(
+    tmp_path: Path, name: str, *args: str, expect: int = 0, timeout: float = 300
+) -> tuple[dict[str, Any], str]:
+    out = tmp_path / f"{name}.json"
+    cmd = [sys.executable, "-m", "gateway.cli", "bench", *args, "--no-charts", "--json", str(out)]
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == expect, f"imgw bench {args[0]}:\n{done.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result, done.stderr
+
+
+def states(url: str) -> dict[str, str]:
+    c = Coordinator(url)
+    try:
+        return {name: str(info.get("state")) for name, info in c.agents().items()}
+    finally:
+        c.close()
+
+
+def test_a_run_on_three_agents_matches_one_here(tmp_path: Path, coordinator: str) -> None:
+    """30,000 connections held from three agents and from this process, on a gateway of
+    two workers: the same connections, logins and PINGs; memory per connection alike."""
+    load = ["--connections", "30000", "--ramp", "5000", "--hold", "10", "--hb", "5",
+            "--spawn-gateway", "--workers", "2", *PRODUCTION]  # fmt: skip
+    agents = start_agents(tmp_path, coordinator, 3)
+    try:
+        spread, _ = bench(tmp_path, "agents", "connect", *load, "--agents", "3",
+                          "--coordinator", coordinator)  # fmt: skip
+    finally:
+        stop_agents(agents)
+    here, _ = bench(tmp_path, "here", "connect", *load)
+    keys = ("pings_answered", "generator_rss_per_conn_bytes", "gateway_rss_per_conn_bytes",
+            "generator_cpu_us_per_ping", "gateway_cpu_us_per_ping")  # fmt: skip
+    print("\n" + "\n".join(f"{k}: agents {spread.get(k)}, here {here.get(k)}" for k in keys))
+    for r in (spread, here):
+        assert (r["connections_held"], r["drops"], r["errors"]) == (30_000, 0, 0), r
+    assert [a["connections_target"] for a in spread["agents"]] == [10_000] * 3
+    assert [a["connections_held"] for a in spread["agents"]] == [10_000] * 3
+    assert len({a["source_net"] for a in spread["agents"]}) == 3
+    assert {a["state"] for a in spread["agents"]} == {"stopped"}
+    # every connection PINGs every 5 s: about 60,000 in the 10 s hold, either way
+    assert 0.6 < spread["pings_answered"] / here["pings_answered"] < 1.6
+    for key in ("generator_rss_per_conn_bytes", "gateway_rss_per_conn_bytes"):
+        assert 0.5 < spread[key] / here[key] < 2.0, (key, spread[key], here[key])
+    assert spread["generator_cpu_us_per_ping"] and here["generator_cpu_us_per_ping"]
+
+
+def test_an_agent_killed_mid_run_fails_the_run(tmp_path: Path, coordinator: str) -> None:
+    agents = start_agents(tmp_path, coordinator, 3)
+    try:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "bench", "connect", "--connections", "3000",
+             "--ramp", "3000", "--hold", "60", "--spawn-gateway", "--agents", "3",
+             "--coordinator", coordinator, "--no-charts", "--json", str(tmp_path / "r.json")],
+            cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while set(states(coordinator).values()) != {"busy"}:
+            assert time.monotonic() < deadline, "the agents never got to work"
+            time.sleep(0.2)
+        time.sleep(3)  # ramped, holding
+        os.killpg(agents[1].pid, signal.SIGKILL)
+        _, err = run.communicate(timeout=120)
+        assert run.returncode == 1
+        assert "agent agent1" in err and "died" in err, err[-2000:]
+        result = json.loads((tmp_path / "r.json").read_text())
+        assert "agent1" in result["error"]
+        # the others were told to stop, and wait for work again
+        deadline = time.monotonic() + 30
+        while states(coordinator) != {"agent0": "idle", "agent2": "idle"}:
+            assert time.monotonic() < deadline, states(coordinator)
+            time.sleep(0.2)
+    finally:
+        stop_agents(agents)
+
+
+def test_agents_stop_when_their_controller_dies(tmp_path: Path, coordinator: str) -> None:
+    agents = start_agents(tmp_path, coordinator, 2)
+    try:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "gateway.cli", "bench", "connect", "--connections", "1000",
+             "--ramp", "1000", "--hold", "300", "--spawn-gateway", "--agents", "2",
+             "--coordinator", coordinator, "--no-charts", "--json", str(tmp_path / "r.json")],
+            cwd=tmp_path, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while set(states(coordinator).values()) != {"busy"}:
+            assert time.monotonic() < deadline, "the agents never got to work"
+            time.sleep(0.2)
+        time.sleep(2)
+        os.killpg(run.pid, signal.SIGKILL)  # the controller and the gateway it spawned
+        run.wait(10)
+        killed = time.monotonic()
+        while set(states(coordinator).values()) != {"idle"}:
+            assert time.monotonic() - killed < 20, states(coordinator)
+            time.sleep(0.2)
+    finally:
+        stop_agents(agents)
