@@ -1,15 +1,17 @@
 """`imgw bench agent`: a load machine's share of a bench run, run for a controller.
 
-    imgw bench agent --coordinator redis://ctl-host:6379/0 [--name NAME] [--allow HOST]
+    imgw bench agent --coordinator redis://ctl-host:6379/0 [--name NAME] [--allow NET]
+        [--source ADDRESS ...]
 
 The agent registers with the coordinating Redis (bench.coordinator) and waits for work.
 A controller (`imgw bench connect --agents N --coordinator URL ...`) sends it its share:
 a count of connections, a uid range, a ramp rate, and a /16 of loopback source addresses
 for its generator processes (bench.fleet, the same processes a single-machine run
-starts). The agent builds its fleet, reports `ready`, and starts it when the controller
-sends `go` to every agent at once (the start barrier). Each second it reports its counts,
-its generator processes' CPU seconds and RSS, and the machine's kernel memory for sockets
-against what it was before the run.
+starts); for a gateway on another machine the processes bind the addresses given with
+`--source` instead, one each. The agent builds its fleet, reports `ready`, and starts it
+when the controller sends `go` to every agent at once (the start barrier). Each second
+it reports its counts, its generator processes' CPU seconds and RSS, and the machine's
+kernel memory for sockets against what it was before the run.
 
 Bounded: the agent stops its share and goes back to waiting when the controller asks,
 when the run is aborted, when the controller's lease on the run lapses (a controller
@@ -41,13 +43,13 @@ DEFAULT_ALLOW: Final = ("127.0.0.0/8", "::1/128")
 def allowed(host: str, allow: list[str]) -> bool:
     """Whether `host` (an address or a name) is one the agent may load: inside one of
     the `allow` networks, or equal to one of its host names."""
+    if host in allow:
+        return True
     try:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
     for rule in allow:
-        if rule == host:
-            return True
         try:
             net = ipaddress.ip_network(rule, strict=False)
         except ValueError:
@@ -57,11 +59,24 @@ def allowed(host: str, allow: list[str]) -> bool:
     return False
 
 
+def _is_loopback(host: str) -> bool:
+    try:
+        return all(
+            ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback
+            for info in socket.getaddrinfo(host, None)
+        )
+    except (OSError, ValueError):
+        return False
+
+
 class Agent:
-    def __init__(self, coordinator: Coordinator, name: str, allow: list[str]) -> None:
+    def __init__(
+        self, coordinator: Coordinator, name: str, allow: list[str], sources: list[str]
+    ) -> None:
         self.c = coordinator
         self.name = name
         self.allow = allow
+        self.sources = sources
         self.state = "idle"
         self.run_id: str | None = None
         self.last_register = 0.0
@@ -109,7 +124,13 @@ class Agent:
                     f"the run targets {share['host']}, which this agent is not allowed to "
                     f"load (--allow {' '.join(self.allow)})"
                 )
-            fleet = Fleet(**share["fleet"])
+            loopback = _is_loopback(share["host"])
+            if not loopback and not self.sources:
+                raise BenchError(
+                    f"the run targets {share['host']}, not loopback: start the agent with "
+                    "--source ADDRESS (this machine's addresses, one per generator process)"
+                )
+            fleet = Fleet(**share["fleet"], sources=None if loopback else self.sources)
             target = f"{share['host']}:{share['port']}"
             n = share["fleet"]["connections"]
             log(f"run {run}: {n:,} connections to {target}, from {fleet.src_ip(0)}..")
@@ -212,6 +233,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--allow", action="append", metavar="NET|HOST",
                    help="an address (CIDR) or host name it may load; repeatable "
                         "(default: loopback only)")  # fmt: skip
+    p.add_argument("--source", action="append", metavar="ADDRESS",
+                   help="a source address of this machine for a generator process (one "
+                        "per process, up to 18,000 connections each); repeatable. Needed "
+                        "for a gateway that is not on loopback, where each process binds "
+                        "a loopback address of its own otherwise")  # fmt: skip
     p.add_argument("--once", action="store_true", help="exit after one run")
     return p
 
@@ -227,7 +253,10 @@ def main(args: argparse.Namespace) -> int:
     except Exception as e:
         log(f"cannot reach the coordinator {args.coordinator}: {e}")
         return 1
-    agent = Agent(coordinator, args.name or default_name(), args.allow or list(DEFAULT_ALLOW))
+    agent = Agent(
+        coordinator, args.name or default_name(), args.allow or list(DEFAULT_ALLOW),
+        args.source or [],
+    )  # fmt: skip
     previous = signal.signal(signal.SIGTERM, _as_interrupt)
     try:
         agent.serve(once=args.once)

@@ -60,6 +60,7 @@ class Fleet:
         pipeline_sync: bool = True,
         ws_path: str | None = None,
         net: int | None = None,
+        sources: list[str] | None = None,
         timeout_s: float,
     ) -> None:
         if per_proc > MAX_PER_PROC:
@@ -87,8 +88,19 @@ class Fleet:
         # with an earlier run), e.g. 127.113.0.1, 127.113.0.2, ...
         # (an agent is given its own by the controller)
         self.net = net if net is not None else 100 + secrets.randbelow(150)
+        # Or the machine's own addresses, one per process: an agent loading a gateway on
+        # another machine binds addresses that route there.
+        self.sources = sources or []
+        if self.sources and len(self.sources) < self.procs_n:
+            raise BenchError(
+                f"{connections:,} connections take {self.procs_n} generator processes, each "
+                f"with its own source address: give at least {self.procs_n} (--source), "
+                f"not {len(self.sources)}"
+            )
 
     def src_ip(self, i: int) -> str:
+        if self.sources:
+            return self.sources[i]
         return f"127.{self.net}.{i // 250}.{1 + i % 250}"
 
     def start(self, host: str, port: int, kid: str, secret: str, uid0: int) -> None:
