@@ -22,18 +22,24 @@ allowed (`--allow`, loopback by default).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import ipaddress
+import multiprocessing as mp
 import os
+import queue
 import signal
 import socket
 import time
 import traceback
 from typing import Any, Final
 
+import msgpack
+
 from bench.common import CLK_TCK, BenchError, Sampler, kernel_memory, log, set_log_name
-from bench.coordinator import Coordinator
+from bench.coordinator import Coordinator, to_monotonic
 from bench.fleet import Fleet, FleetView
+from bench.senders import StepSpec, WorkerSpec, worker_main
 
 GO_WAIT_S: Final = 120.0  # from `ready` to the controller's `go`
 REPORT_EVERY_S: Final = 1.0
@@ -118,12 +124,11 @@ class Agent:
         report: dict[str, Any] = {"state": "ready", "t": time.time()}
         fleet: Fleet | None = None
         try:
+            if "workers" in msg:
+                self._workers(run, msg["workers"], report)
+                return
             share = msg["share"]
-            if not allowed(share["host"], self.allow):
-                raise BenchError(
-                    f"the run targets {share['host']}, which this agent is not allowed to "
-                    f"load (--allow {' '.join(self.allow)})"
-                )
+            self._check_target(share["host"])
             loopback = _is_loopback(share["host"])
             if not loopback and not self.sources:
                 raise BenchError(
@@ -147,6 +152,90 @@ class Agent:
                 fleet.stop()
             self.run_id, self.state = None, "idle"
             self.heartbeat(force=True)
+
+    def _check_target(self, host: str) -> None:
+        if not allowed(host, self.allow):
+            raise BenchError(
+                f"the run targets {host}, which this agent is not allowed to load "
+                f"(--allow {' '.join(self.allow)})"
+            )
+
+    def _workers(self, run: str, specs: list[dict[str, Any]], report: dict[str, Any]) -> None:
+        """A chat or group run's generator processes: started at `go`, told each step the
+        controller sends, their messages relayed to it, until it says stop."""
+        for d in specs:
+            self._check_target(d["host"])
+        log(f"run {run}: {len(specs)} generator processes to {specs[0]['host']}:"
+            f"{specs[0]['port']}")  # fmt: skip
+        self.c.report(run, self.name, report)
+        if not self._wait_go(run):
+            return
+        ctx = mp.get_context("spawn")
+        out: Any = ctx.Queue()
+        procs: dict[int, Any] = {}
+        ctrls: dict[int, Any] = {}
+        for d in specs:
+            worker = WorkerSpec(**{**d, "deadline_ns": to_monotonic(int(d["deadline_ns"]))})
+            parent_end, child_end = ctx.Pipe()
+            p = ctx.Process(target=worker_main, args=(worker, child_end, out), daemon=True)
+            p.start()
+            procs[worker.idx], ctrls[worker.idx] = p, parent_end
+        sampler = Sampler()
+        sampler.watch("generators", lambda: [p.pid for p in procs.values() if p.is_alive()])
+        kernel0 = kernel_memory()
+        state, seq, last_report = "running", 0, 0.0
+        try:
+            while True:
+                batch: list[bytes] = []
+                with contextlib.suppress(queue.Empty):
+                    batch.append(msgpack.packb(out.get(timeout=0.05)))
+                    while len(batch) < 500:
+                        batch.append(msgpack.packb(out.get_nowait()))
+                self.c.emit(run, batch)
+                while (msg := self.c.receive(self.name, 0)) is not None:
+                    if msg.get("run") != run:
+                        continue
+                    if msg["kind"] == "step":
+                        step = dict(msg["step"])
+                        for name in ("start_ns", "win_start_ns", "win_end_ns"):
+                            step[name] = to_monotonic(int(step[name]))
+                        ctrls[int(msg["idx"])].send(("step", StepSpec(**step)))
+                    elif msg["kind"] == "stop":
+                        state = "stopping"
+                now = time.monotonic()
+                if now - last_report < REPORT_EVERY_S and state == "running":
+                    continue
+                last_report = now
+                self.heartbeat()
+                if state == "running":
+                    if not self.c.run_held(run):
+                        state = "orphaned"
+                    elif why := self.c.aborted(run):
+                        state = "aborted"
+                        log(f"run {run} aborted by the controller: {why}")
+                    elif any(p.exitcode not in (None, 0) for p in procs.values()):
+                        raise BenchError("a generator process exited with an error")
+                sampler.sample(force=True)
+                seq += 1
+                self.c.report(run, self.name, _report(seq, state, FleetView(), sampler, kernel0))
+                if state != "running":
+                    break
+        finally:
+            for ctrl in ctrls.values():
+                with contextlib.suppress(OSError):
+                    ctrl.send(("stop",))
+            for p in procs.values():
+                p.join(timeout=5)
+                if p.is_alive():
+                    p.terminate()
+                    p.join(timeout=5)
+            with contextlib.suppress(queue.Empty):  # what the processes said last
+                batch = []
+                while True:
+                    batch.append(msgpack.packb(out.get_nowait()))
+            self.c.emit(run, batch)
+        final = "stopped" if state == "stopping" else state
+        self.c.report(run, self.name, _report(seq + 1, final, FleetView(), sampler, kernel0))
 
     def _wait_go(self, run: str) -> bool:
         deadline = time.monotonic() + GO_WAIT_S

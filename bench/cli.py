@@ -20,10 +20,11 @@ bench-<scenario>.json), PNG charts and a short report beside it.
     imgw bench connect --connections 1000000 --agents 8 --coordinator redis://ctl:6379/0 \
         --addr 10.0.0.5:7070 --token-key k1:SECRET
 
---agents N runs connect and storm on N agents instead of here: `imgw bench agent` on
-each load machine waits on the --coordinator Redis for its share (connections, uid
-range, ramp, source addresses); the controller starts them together, sums their reports
-into the same progress line and JSON, and adds a per-agent breakdown under `agents`.
+--agents N generates the load of connect, storm, chat and group on N agents instead of
+here: `imgw bench agent` on each load machine waits on the --coordinator Redis for its
+share (connect and storm: connections, uid range, ramp, source addresses; chat and
+group: generator processes); the controller starts them together and writes the same
+progress lines and JSON, with a per-agent breakdown under `agents`.
 
 --transport ws runs connect, storm, chat and group over WebSocket instead of the plain
 TCP protocol: with --spawn-gateway the gateway also gets --ws-listen on a free port and
@@ -112,6 +113,22 @@ def _transport(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _agents(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--agents", type=int, default=0, metavar="N",
+        help="generate the load on N agents (`imgw bench agent` on each load machine) "
+        "instead of here, split evenly (needs --coordinator)",
+    )  # fmt: skip
+    p.add_argument(
+        "--coordinator", metavar="URL",
+        help="with --agents: the Redis the agents wait on, redis://host:port/db[?prefix=...]",
+    )  # fmt: skip
+    p.add_argument(
+        "--agents-wait", type=float, default=60.0, metavar="S",
+        help="with --agents: how long to wait for N idle agents to register (60)",
+    )  # fmt: skip
+
+
 def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:
     p.add_argument("--connections", type=int, default=n, help=f"connections ({n:,})")
     p.add_argument("--ramp", type=float, default=ramp, help=f"new connections per s ({ramp:g})")
@@ -126,20 +143,6 @@ def _holders(p: argparse.ArgumentParser, n: int, ramp: float) -> None:
         help="connect with TLS (with --spawn-gateway the bench makes a test certificate; "
         "the generators do not verify it)",
     )
-    p.add_argument(
-        "--agents", type=int, default=0, metavar="N",
-        help="run the connections on N agents (`imgw bench agent` on each load machine) "
-        "instead of here, split evenly: uid ranges, ramp, source addresses (needs "
-        "--coordinator)",
-    )  # fmt: skip
-    p.add_argument(
-        "--coordinator", metavar="URL",
-        help="with --agents: the Redis the agents wait on, redis://host:port/db[?prefix=...]",
-    )  # fmt: skip
-    p.add_argument(
-        "--agents-wait", type=float, default=60.0, metavar="S",
-        help="with --agents: how long to wait for N idle agents to register (60)",
-    )  # fmt: skip
 
 
 def _rates(p: argparse.ArgumentParser, rate: float) -> None:
@@ -224,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         _volume(sp)
     for sp in (c, s, ch, gr):
         _transport(sp)
+        _agents(sp)
     for sp in (c, s, ch, gr, off):
         _common(sp)
         sp.formatter_class = argparse.RawTextHelpFormatter
@@ -302,9 +306,18 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.scenario in SEND_SCENARIOS:
         if args.scenario == "group":
             args.pairs = args.groups
+        procs_given = args.procs is not None
         error = check_send(args, "--pairs" if args.scenario == "chat" else "--groups")
         if error:
             p.error(error)
+        if args.agents and args.procs < args.agents:
+            if procs_given:
+                p.error(f"--agents {args.agents} needs --procs {args.agents} or more (at "
+                        "least one generator process on each agent)")  # fmt: skip
+            args.procs = args.agents
+            if args.pairs < args.procs:
+                p.error(f"--agents {args.agents} needs at least {args.agents} units "
+                        "(--pairs or --groups)")  # fmt: skip
     # The gateway's heartbeat settings: idle connections must outlive the hold.
     args.gateway_hb = getattr(args, "hb", 30)
     args.gateway_idle = max(75, 2 * args.gateway_hb + 15)

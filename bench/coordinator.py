@@ -12,11 +12,17 @@ Every key starts with the URL's `?prefix=` (default `imgwbench:`):
   when it is gone;
 - `report:<run>:<name>`: the agent's latest report (JSON: state, counts, CPU, RSS,
   kernel memory), rewritten each second, kept 60 s;
-- `abort:<run>`: set by a controller that gives up (10 min): every agent stops.
+- `abort:<run>`: set by a controller that gives up (10 min): every agent stops;
+- `out:<run>`: what the generator processes of a chat or group run send their driver
+  (msgpack), relayed by their agents, read by the controller with BLPOP.
 
-The messages in an inbox are JSON objects with a `kind`: `work` (a run id, the scenario
-and the agent's share of it), `go` (the start barrier: the controller sends it to every
-agent once all of them reported `ready`), and `stop`.
+The messages in an inbox are JSON objects with a `kind`: `work` (a run id and the
+agent's share: connections to hold, or generator processes to run), `go` (the start
+barrier: the controller sends it to every agent once all of them reported `ready`),
+`step` (a chat or group step for one of its processes), and `stop`. Times cross between
+machines as wall-clock nanoseconds (`to_wall`, `to_monotonic`): the machines' clocks must
+agree (NTP); latencies are measured on one machine's monotonic clock and do not depend
+on it.
 """
 
 from __future__ import annotations
@@ -45,12 +51,11 @@ class Coordinator:
         query = parse_qsl(parts.query, keep_blank_values=True)
         self.prefix = next((v for k, v in query if k == "prefix"), DEFAULT_PREFIX)
         rest = urlencode([(k, v) for k, v in query if k != "prefix"])
+        url = urlunsplit(parts._replace(query=rest))
         self._redis = redis.Redis.from_url(
-            urlunsplit(parts._replace(query=rest)),
-            socket_timeout=5.0,
-            socket_connect_timeout=5.0,
-            decode_responses=True,
+            url, socket_timeout=5.0, socket_connect_timeout=5.0, decode_responses=True
         )
+        self._raw = redis.Redis.from_url(url, socket_timeout=10.0, socket_connect_timeout=5.0)
 
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -60,6 +65,7 @@ class Coordinator:
 
     def close(self) -> None:
         self._redis.close()
+        self._raw.close()
 
     # -- agents ----------------------------------------------------------------------
 
@@ -129,3 +135,32 @@ class Coordinator:
             n: (json.loads(raw) if raw is not None else None)
             for n, raw in zip(names, raws, strict=True)
         }
+
+    # -- generator output ----------------------------------------------------------------
+
+    def emit(self, run: str, payloads: list[bytes]) -> None:
+        if payloads:
+            key = self.key("out", run)
+            self._raw.rpush(key, *payloads)
+            self._raw.pexpire(key, ABORT_TTL_MS)  # gone if no controller reads it
+
+    def collect(self, run: str, timeout_s: float) -> bytes | None:
+        """The next output of the run's generator processes, waiting up to `timeout_s`."""
+        got = self._raw.blpop([self.key("out", run)], timeout=max(0.01, timeout_s))
+        if not got:
+            return None
+        raw = got[1]
+        return raw if isinstance(raw, bytes) else raw.encode()
+
+    def drop_output(self, run: str) -> None:
+        self._raw.delete(self.key("out", run))
+
+
+def to_wall(monotonic_ns: int) -> int:
+    """A time of this machine's monotonic clock as wall-clock ns, to send to another."""
+    return monotonic_ns + time.time_ns() - time.monotonic_ns()
+
+
+def to_monotonic(wall_ns: int) -> int:
+    """A wall-clock time from another machine on this machine's monotonic clock."""
+    return wall_ns - time.time_ns() + time.monotonic_ns()

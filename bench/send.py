@@ -42,6 +42,7 @@ from typing import Any, Final
 
 from bench.common import BenchError, deadline_alarm, hist_of, log, ms
 from bench.push_sink import PUSH_DEVICE, SinkProcess, step_line
+from bench.remote import RemoteWorkers
 from bench.run import Run
 from bench.senders import StepSpec, WorkerSpec, worker_main
 
@@ -174,6 +175,52 @@ def gateway_view(before: dict[str, float] | None, after: dict[str, float] | None
 # === Steps, progress, results ==========================================================
 
 
+class LocalWorkers:
+    """The generator processes of a run, here: spawned, told each step through a pipe,
+    heard from through one queue."""
+
+    def __init__(self) -> None:
+        self.ctx = mp.get_context("spawn")
+        self.out: Any = self.ctx.Queue()
+        self.procs: list[Any] = []
+        self.ctrls: list[Any] = []
+
+    @property
+    def count(self) -> int:
+        return len(self.procs)
+
+    def start(self, specs: list[WorkerSpec]) -> None:
+        for spec in specs:
+            parent_end, child_end = self.ctx.Pipe()
+            p = self.ctx.Process(target=worker_main, args=(spec, child_end, self.out), daemon=True)
+            p.start()
+            self.procs.append(p)
+            self.ctrls.append(parent_end)
+
+    def get(self, wait_s: float) -> tuple[Any, ...]:
+        """The next message of any process (queue.Empty after `wait_s`)."""
+        msg: tuple[Any, ...] = self.out.get(timeout=wait_s)
+        return msg
+
+    def step(self, i: int, step: StepSpec) -> None:
+        self.ctrls[i].send(("step", step))
+
+    def check_alive(self) -> None:
+        dead = [p for p in self.procs if p.exitcode not in (None, 0)]
+        if dead:
+            raise BenchError(f"generator process exited with status {dead[0].exitcode}")
+
+    def stop(self, clean: bool) -> None:
+        for ctrl in self.ctrls:
+            with contextlib.suppress(OSError):
+                ctrl.send(("stop",))
+        for p in self.procs:
+            p.join(timeout=5 if clean else 1)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=5)
+
+
 class Senders:
     """The driver side of one chat/group run: its generator processes, its steps, and
     what they measured."""
@@ -181,10 +228,11 @@ class Senders:
     def __init__(self, args: argparse.Namespace, run: Run) -> None:
         self.args = args
         self.run = run
-        self.ctx = mp.get_context("spawn")
-        self.out: Any = self.ctx.Queue()
-        self.procs: list[Any] = []
-        self.ctrls: list[Any] = []
+        self.workers: LocalWorkers | RemoteWorkers = (
+            RemoteWorkers(args.coordinator, args.agents, args.agents_wait)
+            if getattr(args, "agents", 0)
+            else LocalWorkers()
+        )
         self.shares: list[int] = []
         self.steps: list[dict[str, Any]] = []  # one summary per step run
         self.deadline = time.monotonic() + args.timeout
@@ -213,9 +261,7 @@ class Senders:
         gw = self.gateway
         if gw is not None and gw.proc is not None and gw.proc.poll() is not None:
             raise BenchError(f"gateway exited with status {gw.proc.returncode}:\n{gw.log_tail()}")
-        dead = [p for p in self.procs if p.exitcode not in (None, 0)]
-        if dead:
-            raise BenchError(f"generator process exited with status {dead[0].exitcode}")
+        self.workers.check_alive()
 
     def messages(self) -> Iterator[tuple[Any, ...]]:
         """Messages from the generators, sampling resources meanwhile; bounded."""
@@ -230,7 +276,7 @@ class Senders:
             if self.edges_ns:  # wake up at the next edge, not up to 0.2 s after it
                 wait = min(wait, max(0.001, (self.edges_ns[0] - time.monotonic_ns()) / 1e9))
             try:
-                msg = self.out.get(timeout=wait)
+                msg = self.workers.get(wait)
             except queue.Empty:
                 self.check_alive()
                 continue
@@ -250,6 +296,7 @@ class Senders:
         uid0 = args.uid_base if args.uid_base else (secrets.randbelow(1000) + 1) * UID_SPAN
         deadline_ns = time.monotonic_ns() + int(args.timeout * 1e9)
         self.shares = shares
+        specs: list[WorkerSpec] = []
         for i, n in enumerate(shares):
             spec = WorkerSpec(
                 idx=i, host=host, port=port, kid=kid, secret=secret, uid0=uid0, pairs=n,
@@ -259,17 +306,14 @@ class Senders:
                 ws_path=run.ws_path, push_device=self.push_device,
             )  # fmt: skip
             uid0 += args.group_size * n
-            parent_end, child_end = self.ctx.Pipe()
-            p = self.ctx.Process(target=worker_main, args=(spec, child_end, self.out), daemon=True)
-            p.start()
-            self.procs.append(p)
-            self.ctrls.append(parent_end)
+            specs.append(spec)
+        self.workers.start(specs)
         t0 = time.monotonic()
         ready: set[int] = set()
         for msg in self.messages():
             if msg[0] == "ready":
                 ready.add(msg[1])
-                if len(ready) == len(self.procs):
+                if len(ready) == self.workers.count:
                     break
         if self.push_device is not None:
             log(
@@ -292,10 +336,10 @@ class Senders:
             wall_ns = time.time_ns() - time.monotonic_ns()
             self.sink.window((win_start_ns + wall_ns) / 1e6, (win_end_ns + wall_ns) / 1e6)
             self.sink_seen = (0, time.monotonic())
-        for ctrl, share in zip(self.ctrls, self.shares, strict=True):
+        for i, share in enumerate(self.shares):
             step = StepSpec(index, rate * share / args.pairs, start_ns, win_start_ns,
                             win_end_ns, args.drain)  # fmt: skip
-            ctrl.send(("step", step))
+            self.workers.step(i, step)
         log(
             f"step {index + 1}: {rate:g} msg/s for {args.warmup:g} s warmup + "
             f"{args.duration:g} s measured "
@@ -310,12 +354,12 @@ class Senders:
             if msg[0] == "progress" and msg[2] == index:
                 self.progress[msg[1]] = msg
                 fresh.add(msg[1])
-                if len(fresh) == len(self.procs):
+                if len(fresh) == self.workers.count:
                     self.print_progress(rate, start_ns)
                     fresh.clear()
             elif msg[0] == "result" and msg[2] == index:
                 results[msg[1]] = msg[3]
-                if len(results) == len(self.procs):
+                if len(results) == self.workers.count:
                     break
         self.sampler.sample(force=True)
         summary = self.summarize(index, rate, win_start_ns, win_end_ns, results)
@@ -449,14 +493,7 @@ class Senders:
     def stop(self) -> None:
         """Stop the generator processes (bounded)."""
         clean = bool(self.steps) and len(self.steps) == len(self.args.steps)
-        for ctrl in self.ctrls:
-            with contextlib.suppress(OSError):
-                ctrl.send(("stop",))
-        for p in self.procs:
-            p.join(timeout=5 if clean else 1)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5)
+        self.workers.stop(clean)
 
     def result(self) -> dict[str, Any]:
         """What the steps run so far measured: the last step's figures at the top level,
@@ -497,6 +534,8 @@ class Senders:
         }
         if self.steps:
             result["max_rate_p99_le_50ms"] = sustained(self.steps)
+        if isinstance(self.workers, RemoteWorkers):
+            result["agents"] = self.workers.results()
         if gw is not None:
             result["gateway_pids"] = gw.pids()
         return result

@@ -175,3 +175,28 @@ def test_agents_stop_when_their_controller_dies(tmp_path: Path, coordinator: str
             time.sleep(0.2)
     finally:
         stop_agents(agents)
+
+
+def test_chat_on_three_agents_matches_one_here(tmp_path: Path, coordinator: str) -> None:
+    """3,000 msg/s of p2p chat from generator processes on three agents and from three
+    processes here: every message acked and pushed either way, latencies from merged
+    histograms of the same order."""
+    load = ["--rate", "3000", "--duration", "10", "--warmup", "3", "--procs", "3",
+            "--spawn-gateway"]  # fmt: skip
+    agents = start_agents(tmp_path, coordinator, 3)
+    try:
+        spread, _ = bench(tmp_path, "chat-agents", "chat", *load, "--agents", "3",
+                          "--coordinator", coordinator)  # fmt: skip
+    finally:
+        stop_agents(agents)
+    here, _ = bench(tmp_path, "chat-here", "chat", *load)
+    keys = ("acked", "acked_per_s", "ack_p50_ms", "ack_p99_ms", "push_p50_ms", "pushes")
+    print("\n" + "\n".join(f"{k}: agents {spread.get(k)}, here {here.get(k)}" for k in keys))
+    assert [a["generator_processes"] for a in spread["agents"]] == [1, 1, 1]
+    assert {a["state"] for a in spread["agents"]} == {"stopped"}
+    for r in (spread, here):
+        assert r["errors"] == 0 and r["acked"] == r["sent"] > 25_000, r
+        assert r["pushes"] == r["acked"], "every message pushed to its peer"
+    assert 0.9 < spread["acked_per_s"] / here["acked_per_s"] < 1.1
+    # the merged histograms: a median of the same order, not one process's
+    assert 0.2 < spread["ack_p50_ms"] / here["ack_p50_ms"] < 5
