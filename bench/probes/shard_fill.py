@@ -2,8 +2,8 @@
 conversations of `per_conv` messages each, their conversation, seq and member rows, a
 delivered cursor per member, the messages and their idempotency records, in multi-row
 INSERTs. Only conversations of the shards named are made (conv_ids above the highest
-in use), in the metadata database: the single-server layout, as before a first
-`imgw db add-server`. Used by bench.probes.shard_move and its test.
+in use), in the metadata database: the single-server layout, a store's before its
+first `imgw db add-server`. Used by bench.probes.shard_move and its test.
 """
 
 from __future__ import annotations
