@@ -69,10 +69,12 @@ from storage.media.index_mysql import MySQLMediaIndex
 from storage.media.index_sqlite import SqliteMediaIndex
 from storage.models import AppendStatus, NewMessage, RecallStatus
 from storage.mysql import MySQLSettings, MySQLStore
+from storage.mysql.changes import COLOCATED, ChangeLog, trigger_names, triggers
+from storage.mysql.move import BATCH, CAUGHT_UP
 from storage.mysql.schema import message_table
 from storage.push import token_digest
 from storage.revocations import ALL_DEVICES, Revocation, RevocationLog
-from tests.support.services import drop_mysql, fresh_mysql
+from tests.support.services import drop_mysql, fresh_mysql, mysql_rows
 
 HOUR = 3600 * 1000
 SHARDS = 4
@@ -97,6 +99,12 @@ _SUBQUERY_ALIAS = re.compile(r"\)\s*(?:AS\s+)?([A-Za-z_]\w*)", re.I)
 # and the most rows its LIMIT may name.
 BOUNDED_SCANS = {
     "hooks_backlog": (re.compile(r"\(SELECT 1 FROM im_hook LIMIT (\d+)\)"), HOOK_BACKLOG_CAP),
+    # a shard move's catch-up reads its change log a batch at a time, oldest first, and
+    # counts what is left up to the lag it freezes at (storage/mysql/move.py)
+    "move_catch_up": (
+        re.compile(r"FROM im_shard_change (?:ORDER BY id )?LIMIT (\d+)"),
+        max(BATCH, CAUGHT_UP + 1),
+    ),
 }
 
 
@@ -1008,6 +1016,71 @@ async def mariadb_plans(
     return growing, plans
 
 
+async def move_catch_up(api: Calls, captured: Captured, data: Data, to: str) -> None:
+    """A shard move's change log on shard 1 (storage/mysql/move.py): triggers log what
+    the store writes there (a send, read and delivered positions) behind a backlog of
+    logged rows of conversations no longer there, and the catch-up applies it all to
+    the database at `to`, reading each logged row by its primary key."""
+    src = api.settings
+    dst = MySQLSettings.from_url(to)
+    conv, uid = next((m[0], m[1]) for m in data.members if m[0] % SHARDS == 1 and m[4] is None)
+    tables = [message_table(1), *COLOCATED]
+
+    async def connect(s: MySQLSettings) -> asyncmy.connection.Connection:
+        return await asyncmy.connect(
+            host=s.host, port=s.port, user=s.user, password=s.password, db=s.database,
+            autocommit=True,
+        )  # fmt: skip
+
+    sconn, dconn = await connect(src), await connect(dst)
+    try:
+        async with sconn.cursor() as s, dconn.cursor() as d:
+            for table in tables:
+                for stmt in triggers(table, [1], SHARDS):
+                    await s.execute(stmt)
+            try:
+                sent = await api.append([NewMessage(conv, uid, "moving-1", MsgType.TEXT, b"m")])
+                assert sent[0].message is not None
+                seq = sent[0].message.seq
+                await api.set_read(conv, uid, seq)
+                await api.set_delivered(conv, uid, "phone", seq)
+                # the backlog (what a move has yet to catch up with: left there, so that
+                # the log is planned as a table of that size)
+                here = [c for c in data.seqs if c % SHARDS == 1] + [10**12 + 1, 10**12 + 5]
+                await s.executemany(
+                    "INSERT INTO im_shard_change (tbl, k1) VALUES ('im_conv_seq', %s)",
+                    [(here[i % len(here)],) for i in range(3 * BATCH)],
+                )
+                await s.execute("ANALYZE TABLE im_shard_change")
+                await s.fetchall()
+                before, captured.current = captured.current, "move_catch_up"
+                try:
+                    log = ChangeLog(s, d)
+                    assert await log.apply(BATCH) == BATCH
+                    assert await log.lag(CAUGHT_UP + 1) == CAUGHT_UP + 1
+                finally:
+                    captured.current = before
+                # applied: the send, its seq row and idempotency record, the positions
+                for table, where in (
+                    (message_table(1), f"conv_id={conv} AND seq={seq}"),
+                    ("im_conv_seq", f"conv_id={conv} AND max_seq={seq}"),
+                    ("im_send_dedup", f"conv_id={conv} AND seq={seq}"),
+                    ("im_conv_member", f"conv_id={conv} AND uid={uid} AND read_seq={seq}"),
+                    ("im_delivered", f"conv_id={conv} AND uid={uid} AND seq={seq}"),
+                ):
+                    n = await mysql_rows(
+                        dst.port, dst.database, f"SELECT COUNT(*) FROM {table} WHERE {where}"
+                    )
+                    assert n == [(1,)], table
+            finally:
+                for table in tables:
+                    for name in trigger_names(table):
+                        await s.execute(f"DROP TRIGGER IF EXISTS {name}")
+    finally:
+        sconn.close()
+        dconn.close()
+
+
 MYSQL_READS = EMBEDDED_READS - {"create_group"} | {
     "member_rows", "max_seq", "seq_bounds", "prune_dedup", "maintain", "set_delivered",
     "prune",
@@ -1020,6 +1093,7 @@ async def test_mariadb_hot_paths_search_indexes(
     store, data = mysql_store
     captured = Captured()
     api = Calls(store, captured)
+    moved_to = await fresh_mysql(shards=SHARDS)  # where the change log's catch-up writes
     outbox = store.outbox()
     outbox.record_for("plans-node")  # the send batch writes its outbox row
     api.set_hook_node("plans-node")  # every message-storing call writes hook rows
@@ -1065,6 +1139,10 @@ async def test_mariadb_hot_paths_search_indexes(
         finally:
             await media.close()
         await revocation_workload(store.revocations, captured, data)
+        try:
+            await move_catch_up(api, captured, data, moved_to)
+        finally:
+            await drop_mysql(moved_to)
 
     growing, plans = await mariadb_plans(store.settings, captured)
     assert growing >= {"im_send_dedup", "im_conv_member", "im_delivered", message_table(0)}

@@ -61,11 +61,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _prune_parser(db_sub)
     add = db_sub.add_parser(
         "add-server", help="move message shards to a new MySQL server, gateways running",
-        description="Create the tables on URL, then for each shard it takes: freeze it on "
-        "its server (its sends answer unavailable meanwhile), copy its messages and its "
-        "conversations' rows, verify row counts, switch the shard map (gateways follow "
-        "within a second), wait --grace seconds and drop the old copy. A failure before "
-        "the switch undoes the freeze and leaves the map as it was.",
+        description="Create the tables on URL, then for the shards it takes: log their "
+        "changes on their server (triggers), copy their messages and their conversations' "
+        "rows in batches of --batch rows while sends go on, apply the logged changes until "
+        "few are left, freeze the shards (their writes answer unavailable; the client "
+        "retries), apply the rest, switch the shard map (gateways follow within a "
+        "second), verify row counts, wait --grace seconds and drop the old copy. A "
+        "failure before the switch undoes the freeze and leaves the map as it was.",
     )  # fmt: skip
     add.add_argument("url", help="the new server: mysql://[user:password@]host:port/database")
     add.add_argument("--store", help="the metadata database: mysql://user:password@host:port/db")
@@ -76,6 +78,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add.add_argument(
         "--grace", type=float, default=3.0,
         help="seconds between the map switch and dropping the old copy (3)",
+    )  # fmt: skip
+    add.add_argument(
+        "--batch", type=int, default=2000,
+        help="rows read or written a query: the command's memory is a batch (2000)",
     )  # fmt: skip
     add.add_argument("--config", help="TOML config file to read the store URL from")
     add.set_defaults(command_parser=add, func=add_server)
@@ -217,11 +223,15 @@ def add_server(args: argparse.Namespace) -> int:
         return usage_error("db add-server", "--take must be a positive number of shards")
     if not (math.isfinite(args.grace) and args.grace >= 0):
         return usage_error("db add-server", "--grace must be a number of seconds >= 0")
+    if not 1 <= args.batch <= 100_000:
+        return usage_error("db add-server", "--batch must be 1..100000 rows")
 
     remember(url_secrets(args.url))
     return _change(
         "add-server",
-        lambda log: move_shards(settings, args.url, take=args.take, grace_s=args.grace, log=log),
+        lambda log: move_shards(
+            settings, args.url, take=args.take, grace_s=args.grace, batch=args.batch, log=log
+        ),
     )
 
 

@@ -1,40 +1,71 @@
 """`imgw db add-server`: move message shards to a new server with the gateways running.
 
-For each shard moving from server S to the new server N:
+For the shards moving from server S to the new server N:
 
-1. N's database and tables are created (empty).
-2. On S the shard's message table is renamed (`im_message_0002` → `im_message_0002_moving`,
-   all of S's moving shards in one atomic RENAME). RENAME waits until no transaction
-   holds the table, and from then on every commit that would write a message of the
-   shard fails (no such table: the gateway answers `unavailable`, the client retries with
-   the same id): nothing is written to the shard while it moves. A commit of a
-   conversation always writes a message in the same transaction as its seq row, members
-   or idempotency record, so those freeze with it.
-3. The message rows, then the conversations' colocated rows (conversation copy, seq,
-   members, idempotency records, delivered cursors), are copied to N.
-4. Row counts are compared, table by table; a difference aborts: the renames are undone
-   and the map is unchanged.
-5. The map is switched in one transaction in the metadata database. Every store reads
-   the map each second (storage/mysql/store.py), so within about a second every gateway
-   writes the shard on N; until then its commits still fail on S (step 2) and are retried.
-6. After `grace_s`, the old copy goes: the renamed tables are dropped and the colocated
-   rows deleted on S (the metadata database keeps its `im_conversation` rows: they
-   allocate conv_ids and keep p2p pairs unique).
+1. N's tables are created (and cleared of the moving shards' rows a failed earlier
+   attempt left there: N holds no shard yet, nothing else writes them).
+2. The change log starts on S (storage/mysql/changes.py): triggers on the moving message
+   tables and on the colocated tables (conversation copy, seq, members, idempotency
+   records, delivered cursors, archive index) write a log row in every transaction that
+   changes a row of a moving shard. From here on every change of the shards on S is
+   either visible to the copy or in the log.
+3. The copy: each table in primary key order, `BATCH` rows a query (keyset pagination:
+   `WHERE pk > last ORDER BY pk LIMIT n`), each batch written to N before the next is
+   read: the tool holds one batch at a time, however large the shard. Sends go on
+   meanwhile; what they change after a batch was read is in the log.
+4. Catch-up: the log is applied in batches (each logged row's current version copied,
+   or deleted on N when gone) until one pass leaves fewer than `CAUGHT_UP` rows behind.
+5. The freeze: on S the shards' message tables are renamed
+   (`im_message_0002` → `im_message_0002_moving`, all of S's moving shards in one atomic
+   RENAME). RENAME waits until no transaction holds the table, and from then on every
+   transaction of the shard fails on S ("no such table": the store answers
+   `unavailable`, the client retries with the same id). That covers every write: a
+   send, membership change, recall or archive run writes the message table itself, and
+   the writes that do not — read positions, delivered cursors (`set_read`,
+   `set_delivered`, the flushes of the positions Redis accepted) and a p2p
+   conversation's rows — first read the message table of their shard in the same
+   transaction (`sql.hold_shards`, a `LIMIT 0` read: it takes the table's metadata lock
+   until commit, and fails once the table is renamed). So after the RENAME nothing of
+   the shards commits on S any more.
+6. The last catch-up drains the log; the triggers go.
+7. The map is switched in one transaction in the metadata database. The freeze lasts
+   from step 5 to here: the last catch-up (a few rows) and this transaction.
+8. Every store reads the map each second (storage/mysql/store.py), and one whose write
+   fails on a renamed shard table reads it at once; a write routed by the old map still
+   fails on S (step 5) and is retried: a client retries its send, the position flush
+   keeps what it could not write and writes it at its next flush, to N. Nothing written
+   after the freeze is lost, and nothing written before it: read and delivered positions
+   included.
+9. The copy is checked: the row counts of each table on S (frozen) against N's as of
+   the switch (a consistent snapshot taken on N before it). A difference keeps the old
+   copy on S and fails the command.
+10. After `grace_s`, the old copy goes: the renamed tables are dropped and the colocated
+    rows deleted on S in batches (the metadata database keeps its `im_conversation`
+    rows: they allocate conv_ids and keep p2p pairs unique). The message tables keep
+    refusing: a store still on the old map finds no table of the shard on S.
 
-While a shard moves (steps 2-5) its conversations cannot be written: sends are answered
-`unavailable` for about the time the copy takes. Read and delivered positions written to
-S between the copy and a gateway's switch are lost (a client's next READ sets them again);
-nothing acked is lost.
+A failure before the switch undoes the freeze and the log: the shards stay on S. One
+move at a time: the change log of a server is the running move's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Sequence
+import resource
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from storage.mysql.schema import _connect, _create_on, message_table, read_map
+from storage.mysql.changes import (
+    COLOCATED,
+    ChangeLog,
+    key_of,
+    shard_filter,
+    trigger_names,
+    triggers,
+)
+from storage.mysql.schema import SCHEMA_VERSION, _connect, _create_on, message_table, read_map
 from storage.mysql.settings import MySQLSettings
 from storage.mysql.shardmap import (
     check_url,
@@ -46,13 +77,16 @@ from storage.mysql.shardmap import (
 )
 
 if TYPE_CHECKING:
+    from asyncmy.connection import Connection
     from asyncmy.cursors import Cursor
 
-# The tables whose rows of a conversation live on the server of its shard.
-COLOCATED: Final = ("im_conversation", "im_conv_seq", "im_conv_member", "im_send_dedup",
-                    "im_delivered", "im_archive", "im_archive_sent",
-                    "im_archive_unread")  # fmt: skip
-_PAGE: Final = 2000  # rows copied per INSERT
+BATCH: Final = 2000  # rows a query reads or writes: the tool's memory stays flat
+CAUGHT_UP: Final = 200  # log rows left behind by a pass, at most, before the freeze
+CATCH_UP_S: Final = 120.0  # then the shards freeze however far behind the log is
+LOCK_WAIT_S: Final = 10  # DDL (trigger, rename) waits this long for running transactions
+# A table of the moving shards whose count on S may differ from N's after the switch:
+# the idempotency records expire on S as everywhere (`prune` deletes them, frozen or not).
+_PRUNED: Final = ("im_send_dedup", "im_archive_sent")
 
 
 def plan(owner: Sequence[str], url: str, take: int | None) -> list[str]:
@@ -74,25 +108,45 @@ def plan(owner: Sequence[str], url: str, take: int | None) -> list[str]:
     return new
 
 
+def after(cols: Sequence[str]) -> str:
+    """Keyset pagination: rows whose key `cols` is above the `%s` values (expanded, so
+    that MariaDB reads it as a primary key range)."""
+    terms = []
+    for i, col in enumerate(cols):
+        terms.append(" AND ".join([*(f"{c} = %s" for c in cols[:i]), f"{col} > %s"]))
+    return "(" + " OR ".join(f"({t})" for t in terms) + ")"
+
+
+def after_params(last: Sequence[object]) -> list[object]:
+    return [v for i in range(len(last)) for v in last[: i + 1]]
+
+
+async def pages(
+    cur: Cursor, table: str, cols: Sequence[str], where: str, batch: int
+) -> AsyncIterator[list[tuple[object, ...]]]:
+    """`cols` of `table`'s rows matching `where`, in primary key order, `batch` rows a
+    query; `cols` starts with the primary key."""
+    pk = [c for c, _ in key_of(table.removesuffix("_moving"))]
+    last: list[object] | None = None
+    while True:
+        cond = where if last is None else f"{where} AND {after(pk)}"
+        await cur.execute(
+            f"SELECT {', '.join(cols)} FROM {table} WHERE {cond} "
+            f"ORDER BY {', '.join(pk)} LIMIT {int(batch):d}",
+            [] if last is None else after_params(last),
+        )
+        rows = list(await cur.fetchall())
+        if not rows:
+            return
+        yield rows
+        last = list(rows[-1][: len(pk)])
+        if len(rows) < batch:
+            return
+
+
 async def _rows(cur: Cursor, query: str) -> list[tuple[object, ...]]:
     await cur.execute(query)
     return list(await cur.fetchall())
-
-
-async def _copy(src: Cursor, dst: Cursor, table: str, into: str, where: str, key: str) -> int:
-    """Copy the rows of `table` on src matching `where` into `into` on dst (REPLACE: a
-    rerun after a failed attempt overwrites what it copied), in pages by `key`."""
-    await src.execute(f"SELECT * FROM {table} WHERE {where} LIMIT 0")
-    cols = [d[0] for d in src.description or ()]
-    await src.fetchall()
-    names = ", ".join(cols)
-    marks = ", ".join(["%s"] * len(cols))
-    copied = 0
-    await src.execute(f"SELECT {names} FROM {table} WHERE {where} ORDER BY {key}")
-    while batch := list(await src.fetchmany(_PAGE)):
-        await dst.executemany(f"REPLACE INTO {into} ({names}) VALUES ({marks})", batch)
-        copied += len(batch)
-    return copied
 
 
 async def _count(cur: Cursor, table: str, where: str) -> int:
@@ -101,88 +155,211 @@ async def _count(cur: Cursor, table: str, where: str) -> int:
     return int(row[0]) if row else 0
 
 
-_KEYS: Final = {
-    "im_conversation": "conv_id",
-    "im_conv_seq": "conv_id",
-    "im_conv_member": "conv_id, uid",
-    "im_send_dedup": "sender_uid, client_msg_id",
-    "im_delivered": "uid, device, conv_id",
-    "im_archive": "conv_id, seq_lo",  # storage/archive: the index travels with the shard
-    "im_archive_sent": "sender_uid, client_msg_id",
-    "im_archive_unread": "conv_id, seq_hi, sender_uid",
-}
+async def _delete_rows(cur: Cursor, table: str, where: str, batch: int) -> int:
+    """Delete `table`'s rows matching `where`, a page of primary keys at a time: each
+    DELETE a range of the key's first column (which may reach past the page: those rows
+    are to go too)."""
+    pk = [c for c, _ in key_of(table)]
+    gone = 0
+    async for keys in pages(cur, table, pk, where, batch):
+        await cur.execute(
+            f"DELETE FROM {table} WHERE {where} AND {pk[0]} BETWEEN %s AND %s",
+            (keys[0][0], keys[-1][0]),
+        )
+        gone += len(keys)
+    return gone
 
 
-async def _move(
-    src: MySQLSettings, dst: MySQLSettings, shards: Sequence[int], total: int,
-    log: Callable[[str], None],
-) -> list[str]:  # fmt: skip
-    """Steps 2-4 for the shards moving from `src` to `dst`; the lines to report. On any
-    failure the renames are undone: the shards stay on `src`."""
-    where = f"MOD(conv_id, {total:d}) IN ({','.join(str(int(i)) for i in shards)})"
-    lines: list[str] = []
-    sconn, dconn = await _connect(src), await _connect(dst)
-    try:
-        async with sconn.cursor() as s, dconn.cursor() as d:
-            await s.execute(f"USE `{src.database}`")
-            await d.execute(f"USE `{dst.database}`")
-            present = {str(t) for (t,) in await _rows(s, "SHOW TABLES LIKE 'im\\_message\\_%'")}
-            renames = [
-                f"{message_table(i)} TO {message_table(i)}_moving"
-                for i in shards
-                if message_table(i) in present
-            ]
-            if renames:  # absent: renamed by an earlier attempt
-                await s.execute("RENAME TABLE " + ", ".join(renames))
-            log(f"{src.host}:{src.port}: shards {list(shards)} frozen (tables renamed)")
-            try:
-                for i in shards:
-                    t = message_table(i)
-                    n = await _copy(s, d, f"{t}_moving", t, "1=1", "id")
-                    if n != await _count(d, t, "1=1"):
-                        raise RuntimeError(f"{t}: {n} rows copied, a different count arrived")
-                    lines.append(f"{t}: {n} rows copied and counted")
-                for table in COLOCATED:
-                    # A p2p conversation opened meanwhile adds rows without a message:
-                    # copy again until the counts agree.
-                    for _ in range(3):
-                        n = await _copy(s, d, table, table, where, _KEYS[table])
-                        if await _count(s, table, where) == await _count(d, table, where):
-                            break
-                    else:
-                        raise RuntimeError(f"{table}: row counts differ after the copy")
-                    lines.append(f"{table}: {n} rows copied and counted")
-            except BaseException:
-                # undo: the shards stay where they were, writable again
-                await s.execute(
-                    "RENAME TABLE "
-                    + ", ".join(f"{message_table(i)}_moving TO {message_table(i)}" for i in shards)
-                )
-                raise
-    finally:
-        sconn.close()
-        dconn.close()
-    return lines
+@dataclasses.dataclass
+class _Move:
+    """The shards moving from one server S to N, and the connections doing it."""
 
+    src: MySQLSettings
+    dst: MySQLSettings
+    shards: list[int]
+    total: int
+    batch: int
+    log: Callable[[str], None]
+    lines: list[str] = dataclasses.field(default_factory=list)
+    frozen_at: float = 0.0
+    renamed: bool = False
+    last_changes: int = 0  # applied by the last catch-up, in the freeze
+    _sconn: Connection | None = None
+    _dconn: Connection | None = None
+    s: Cursor = dataclasses.field(init=False)  # on S
+    d: Cursor = dataclasses.field(init=False)  # on N
+    changes: ChangeLog = dataclasses.field(init=False)
 
-async def _drop_old(
-    src: MySQLSettings, shards: Sequence[int], total: int, *, is_meta: bool
-) -> None:
-    """Step 6 on `src`: the renamed tables and the moved conversations' rows go."""
-    where = f"MOD(conv_id, {total:d}) IN ({','.join(str(int(i)) for i in shards)})"
-    conn = await _connect(src)
-    try:
-        async with conn.cursor() as cur:
-            await cur.execute(f"USE `{src.database}`")
-            await cur.execute(
-                "DROP TABLE IF EXISTS " + ", ".join(f"{message_table(i)}_moving" for i in shards)
+    @property
+    def where(self) -> str:
+        return shard_filter(self.shards, self.total)
+
+    @property
+    def name(self) -> str:
+        return f"{self.src.host}:{self.src.port}/{self.src.database}"
+
+    def tables(self) -> list[str]:
+        return [*(message_table(i) for i in self.shards), *COLOCATED]
+
+    async def open(self) -> tuple[Cursor, Cursor]:
+        self._sconn, self._dconn = await _connect(self.src), await _connect(self.dst)
+        s, d = self._sconn.cursor(), self._dconn.cursor()
+        await s.execute(f"USE `{self.src.database}`")
+        await d.execute(f"USE `{self.dst.database}`")
+        await s.execute(f"SET SESSION lock_wait_timeout = {LOCK_WAIT_S:d}")
+        await s.execute("SET SESSION sql_notes = 0")  # no "trigger does not exist" warnings
+        self.s, self.d = s, d
+        self.changes = ChangeLog(s, d)
+        present = {str(t) for (t,) in await _rows(s, "SHOW TABLES LIKE 'im\\_message\\_%'")}
+        left = [
+            f"{message_table(i)}_moving TO {message_table(i)}"
+            for i in self.shards
+            if message_table(i) not in present and f"{message_table(i)}_moving" in present
+        ]
+        if left:  # frozen by an attempt that died: writable again
+            await s.execute("RENAME TABLE " + ", ".join(left))
+        return s, d
+
+    def close(self) -> None:
+        for conn in (self._sconn, self._dconn):
+            if conn is not None:
+                conn.close()
+
+    async def start(self, *, dst_is_meta: bool) -> None:
+        """Steps 1-2: N cleared of the shards' rows, the change log started on S."""
+        s, d = self.s, self.d
+        await s.execute("SHOW TABLES LIKE 'im\\_shard\\_change'")
+        if await s.fetchone() is None:
+            raise ValueError(
+                f"{self.name}: schema older than {SCHEMA_VERSION}: run `imgw db migrate`"
             )
+        for i in self.shards:
+            await d.execute(f"TRUNCATE TABLE {message_table(i)}")
+        for table in COLOCATED:
+            if not (table == "im_conversation" and dst_is_meta):
+                await _delete_rows(d, table, self.where, self.batch)
+        await self.stop_log()
+        await s.execute("DELETE FROM im_shard_change")
+        for table in self.tables():
+            for stmt in triggers(table, self.shards, self.total):
+                await s.execute(stmt)
+        self.log(f"{self.name}: change log of shards {self.shards} started")
+
+    async def stop_log(self) -> None:
+        for table in self.tables():
+            for name in trigger_names(table):
+                await self.s.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+    async def copy(self) -> None:
+        """Step 3."""
+        for table in self.tables():
+            cols = await self.changes.columns(table)
+            pk = [c for c, _ in key_of(table)]
+            cols = [*pk, *(c for c in cols if c not in pk)]
+            where = "1=1" if table.startswith("im_message_") else self.where
+            marks = ", ".join(["%s"] * len(cols))
+            copied = 0
+            started = time.monotonic()
+            async for rows in pages(self.s, table, cols, where, self.batch):
+                await self.d.executemany(
+                    f"REPLACE INTO {table} ({', '.join(cols)}) VALUES ({marks})", rows
+                )
+                copied += len(rows)
+                if copied % (self.batch * 50) == 0:
+                    self.log(f"{self.name}: {table}: {copied} rows copied")
+            took = time.monotonic() - started
+            self.lines.append(f"{table}: {copied} rows copied in {took:.1f} s")
+
+    async def catch_up(self) -> None:
+        """Step 4: apply the log until a pass leaves at most CAUGHT_UP rows."""
+        started = time.monotonic()
+        passes = 0
+        while True:
+            passes += 1
+            while await self.changes.apply(self.batch) == self.batch:
+                pass
+            lag = await self.changes.lag(CAUGHT_UP + 1)
+            if lag <= CAUGHT_UP or time.monotonic() - started > CATCH_UP_S:
+                break
+        self.log(
+            f"{self.name}: caught up: {self.changes.applied} changes applied in {passes} "
+            f"passes, {lag} behind"
+        )
+
+    async def freeze(self) -> None:
+        """Step 5."""
+        renames = ", ".join(f"{message_table(i)} TO {message_table(i)}_moving" for i in self.shards)
+        await self.s.execute(f"RENAME TABLE {renames}")
+        self.frozen_at = time.monotonic()
+        self.renamed = True
+        self.changes.source.update(
+            {message_table(i): f"{message_table(i)}_moving" for i in self.shards}
+        )
+
+    async def drain(self) -> None:
+        """Step 6: the log applied to its end (nothing of the shards commits on S now)."""
+        before = self.changes.applied
+        while await self.changes.apply(self.batch):
+            pass
+        await self.stop_log()
+        await self.s.execute("DELETE FROM im_shard_change")
+        self.last_changes = self.changes.applied - before
+
+    async def undo(self) -> None:
+        """Before the switch: the shards stay on S, writable, with no log."""
+        if self._sconn is None:
+            return
+        if self.renamed:
+            back = ", ".join(
+                f"{message_table(i)}_moving TO {message_table(i)}" for i in self.shards
+            )
+            await self.s.execute(f"RENAME TABLE {back}")
+            self.renamed = False
+        await self.stop_log()
+        await self.s.execute("DELETE FROM im_shard_change")
+
+    async def counts_on_src(self, *, src_is_meta: bool) -> dict[str, int]:
+        out = {}
+        for i in self.shards:
+            out[message_table(i)] = await _count(self.s, f"{message_table(i)}_moving", "1=1")
+        for table in COLOCATED:
+            if not (table == "im_conversation" and src_is_meta):
+                out[table] = await _count(self.s, table, self.where)
+        return out
+
+    async def drop_old(self, *, src_is_meta: bool) -> None:
+        """Step 10."""
+        await self.s.execute(
+            "DROP TABLE IF EXISTS " + ", ".join(f"{message_table(i)}_moving" for i in self.shards)
+        )
+        for table in COLOCATED:
+            if not (table == "im_conversation" and src_is_meta):
+                await _delete_rows(self.s, table, self.where, self.batch)
+
+
+async def _snapshot_counts(
+    conn: Connection, moves: Sequence[_Move], *, meta_of: Callable[[_Move], bool]
+) -> dict[int, dict[str, int]]:
+    """N's counts of each move's tables in the snapshot `conn` holds (then ended)."""
+    out: dict[int, dict[str, int]] = {}
+    async with conn.cursor() as cur:
+        for k, m in enumerate(moves):
+            counts = {t: await _count(cur, t, "1=1") for t in map(message_table, m.shards)}
             for table in COLOCATED:
-                if table == "im_conversation" and is_meta:
-                    continue  # the metadata rows stay: conv_id allocation, p2p pairs
-                await cur.execute(f"DELETE FROM {table} WHERE {where}")
-    finally:
-        conn.close()
+                if not (table == "im_conversation" and meta_of(m)):
+                    counts[table] = await _count(cur, table, m.where)
+            out[k] = counts
+        await cur.execute("COMMIT")
+    return out
+
+
+def _differences(src: dict[str, int], dst: dict[str, int]) -> list[str]:
+    out = []
+    for table, n in src.items():
+        ok = dst[table] >= n if table in _PRUNED else dst[table] == n
+        if not ok:
+            out.append(f"{table}: {n} rows on the old server, {dst[table]} on the new one")
+    return out
 
 
 async def add_server(
@@ -191,6 +368,7 @@ async def add_server(
     *,
     take: int | None = None,
     grace_s: float = 3.0,
+    batch: int = BATCH,
     log: Callable[[str], None] = print,
 ) -> list[str]:
     """Move shards to the server at `url` (steps in the module's docstring); the
@@ -221,10 +399,79 @@ async def add_server(
             moving.setdefault(old, []).append(i)
     created = await _create_on(target, sorted(i for v in moving.values() for i in v))
     lines = [f"{target.host}:{target.port}/{target.database}: {line}" for line in created]
-    for source, shards in moving.items():
-        src = server_settings(meta, source)
-        done = await _move(src, target, shards, total, log)
-        lines += done
+    moves = [
+        _Move(server_settings(meta, source), target, shards, total, batch, log)
+        for source, shards in moving.items()
+    ]
+
+    def is_meta(m: _Move) -> bool:
+        return same_place(m.src, meta)
+
+    snapshot: Connection | None = None
+    try:
+        for m in moves:
+            await m.open()
+            await m.start(dst_is_meta=same_place(target, meta))
+            await m.copy()
+            await m.catch_up()
+        for m in moves:
+            await m.freeze()
+            log(f"{m.name}: shards {m.shards} frozen (tables renamed)")
+        for m in moves:
+            await m.drain()
+        snapshot = await _connect(target)
+        async with snapshot.cursor() as cur:
+            await cur.execute(f"USE `{target.database}`")
+            await cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        await _switch(meta, new)
+        switched = time.monotonic()
+    except BaseException:
+        for m in moves:
+            try:
+                await m.undo()
+            finally:
+                m.close()
+        if snapshot is not None:
+            snapshot.close()
+        raise
+    for m in moves:
+        lines += m.lines
+        lines.append(
+            f"{m.name}: shards {m.shards} frozen {switched - m.frozen_at:.3f} s "
+            f"(rename to map switch; {m.last_changes} changes applied meanwhile)"
+        )
+    ranges_now = ", ".join(f"{r.lo:04d}-{r.hi:04d} {masked(r.url)}" for r in ranges_of(new))
+    lines.append(f"shard map switched: {ranges_now}")
+    wrong: list[str] = []
+    try:
+        assert snapshot is not None
+        on_dst = await _snapshot_counts(snapshot, moves, meta_of=is_meta)
+        for k, m in enumerate(moves):
+            on_src = await m.counts_on_src(src_is_meta=is_meta(m))
+            wrong += _differences(on_src, on_dst[k])
+        if wrong:
+            for m in moves:
+                m.close()
+            raise RuntimeError(
+                "shard map switched, but the copy differs (the old copy is kept, "
+                "tables *_moving): " + "; ".join(wrong)
+            )
+        lines.append("row counts of every table agree")
+        await asyncio.sleep(max(0.0, grace_s - (time.monotonic() - switched)))
+        for m in moves:
+            await m.drop_old(src_is_meta=is_meta(m))
+            lines.append(f"{m.name}: old copy of {m.shards} dropped")
+    finally:
+        snapshot.close()
+        for m in moves:
+            m.close()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    lines.append(f"peak RSS of this process: {peak} MiB")
+    return lines
+
+
+async def _switch(meta: MySQLSettings, new: Sequence[str]) -> None:
+    """Step 7: the map of `new` (per-shard owners), in one transaction."""
     conn = await _connect(meta)
     try:
         async with conn.cursor() as cur:
@@ -238,11 +485,3 @@ async def add_server(
             await cur.execute("COMMIT")
     finally:
         conn.close()
-    switched = ", ".join(f"{r.lo:04d}-{r.hi:04d} {masked(r.url)}" for r in ranges_of(new))
-    lines.append(f"shard map switched: {switched}")
-    await asyncio.sleep(grace_s)  # every store follows the map within a second
-    for source, shards in moving.items():
-        src = server_settings(meta, source)
-        await _drop_old(src, shards, total, is_meta=same_place(src, meta))
-        lines.append(f"{src.host}:{src.port}/{src.database}: old copy of {shards} dropped")
-    return lines

@@ -14,6 +14,7 @@ import asyncmy
 from asyncmy import errors as db_errors
 
 from storage.errors import StoreUnavailable
+from storage.mysql.changes import CHANGES_DDL
 from storage.mysql.shardmap import (
     MAP_DDL,
     ShardRange,
@@ -38,9 +39,10 @@ if TYPE_CHECKING:
 # 7: im_media_upload, im_media_ref (storage/media); 8: im_node_lease.conn_floor;
 # 9: im_revocation (storage/revocations.py); 10: im_archive_unread (storage/archive);
 # 11: im_push_device, im_conv_mute (storage/mysql/push.py); 12: im_hook
-# (storage/hooks.py). Tables are CREATE ... IF NOT EXISTS, so versions stack: the highest
-# is recorded and every table is created; columns added later are in UPGRADES too.
-SCHEMA_VERSION: Final = 12
+# (storage/hooks.py); 13: im_shard_change (storage/mysql/changes.py). Tables are
+# CREATE ... IF NOT EXISTS, so versions stack: the highest is recorded and every table
+# is created; columns added later are in UPGRADES too.
+SCHEMA_VERSION: Final = 13
 
 # Content: clients send at most max_content (2,048 by default) bytes; server-written
 # system messages list up to 1,000 uids, hence the larger column.
@@ -169,6 +171,7 @@ _TABLES: Final = [
         PRIMARY KEY (conv_id, seq_hi, sender_uid)
     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4""",
     MAP_DDL,
+    CHANGES_DDL,
     # Media by object key (storage/media/index_sqlite.py): uploads whose URL was handed out, and
     # the conversations holding a message that carries the key. Keys only, never URLs.
     """CREATE TABLE IF NOT EXISTS im_media_upload (

@@ -81,6 +81,18 @@ def current_members(convs: Iterable[int]) -> str:
     )
 
 
+def hold_shards(tables: Iterable[str]) -> str:
+    """A read of no rows of message tables `tables`, for a transaction that writes a
+    conversation's rows without writing its message table (read and delivered
+    positions, a p2p conversation's rows): it holds the tables' metadata lock until
+    commit and fails once a table is renamed, so the freeze of a moving shard
+    (storage/mysql/move.py) stops these writes as it stops sends."""
+    names = sorted(set(tables))
+    if not names:
+        raise ValueError("no tables")
+    return f"SELECT 1 FROM {', '.join(names)} LIMIT 0"
+
+
 def find_sent(keys: Sequence[tuple[int, str]]) -> str:
     """Idempotency records of (sender, client_msg_id) keys; rows: sender_uid,
     client_msg_id, conv_id, seq. A row-constructor IN is a PK range lookup per key and

@@ -124,6 +124,7 @@ PRUNE_PAUSE_S: Final = 0.05
 PRUNE_DUTY: Final = 0.05
 PRUNE_BUDGET_S: Final = 45.0
 MAP_POLL_S: Final = 1.0  # how often a store reads the shard map
+MAP_RECHECK_S: Final = 0.05  # and at once (this long after its last read) when a shard moved
 REPLICA_PAUSE_S: Final = 10.0  # after a replica failed, pages come from the primary
 REUSE_CHECK_S: Final = 0.5  # how long a send batch waits for a server's key reuse check
 T = TypeVar("T")
@@ -238,6 +239,8 @@ class MySQLStore:
         # rows stay where their message was stored, so every one is read.
         self._hook_servers = [self._home]
         self._watcher: asyncio.Task[None] | None = None
+        self._map_stale = asyncio.Event()  # a write found its shard moved: read the map
+        self._db.on_shard_moving = self._map_stale.set
         self.map_errors = 0  # failed reads of the shard map, and the last one's error
         self.last_map_error = ""
         self._up_listeners: list[Callable[[], None]] = []
@@ -316,6 +319,7 @@ class MySQLStore:
                 self._home.replica = replica  # the map names the home server's replica
             return self._home
         db = Transactions(settings)
+        db.on_shard_moving = self._map_stale.set
         await db.open(lazy=True)
         outbox = MySQLOutbox(db, self._clock)
         outbox.record_for(self._outbox.node)  # "" unless a node records its fan-out
@@ -340,9 +344,14 @@ class MySQLStore:
     async def _watch_map(self) -> None:
         """Follow the shard map (`imgw db add-server` changes it with the gateways
         running): read it every MAP_POLL_S, one small query to the metadata
-        database."""
+        database, and at once when a write found its shard renamed away (the freeze of
+        a moving shard: its writes go to the new server as soon as the map names it)."""
         while True:
-            await asyncio.sleep(MAP_POLL_S)
+            await asyncio.sleep(MAP_RECHECK_S)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(MAP_POLL_S - MAP_RECHECK_S):
+                    await self._map_stale.wait()
+            self._map_stale.clear()
             try:
                 ranges = await self._db.run(read_map, tx=False)
                 if ranges != self.shard_map:
@@ -642,6 +651,7 @@ class MySQLStore:
     async def _p2p_rows(
         self, cur: Cursor, conv_id: int, lo: int, hi: int, now: int, *, ignore: str = ""
     ) -> None:
+        await cur.execute(sql.hold_shards([self.shard_of(conv_id)]))
         await cur.execute(
             f"INSERT {ignore}INTO im_conv_seq (conv_id, reserved_seq, max_seq, last_active_ms) "
             "VALUES (%s,0,0,%s)",
@@ -1066,6 +1076,7 @@ class MySQLStore:
 
     async def set_read(self, conv_id: int, uid: int, seq: int) -> int | None:
         async def body(cur: Cursor) -> int | None:
+            await cur.execute(sql.hold_shards([self.shard_of(conv_id)]))
             await cur.execute("SELECT max_seq FROM im_conv_seq WHERE conv_id=%s", (conv_id,))
             row = await cur.fetchone()
             target = min(seq, int(row[0]) if row else 0)
@@ -1092,6 +1103,7 @@ class MySQLStore:
         self, db: Transactions, reads: Sequence[tuple[int, int, int, int]]
     ) -> None:
         async def body(cur: Cursor) -> None:
+            await cur.execute(sql.hold_shards(self.shard_of(r[0]) for r in reads))
             values = ",".join(["(%s,%s,0,0,%s,%s)"] * len(reads))
             params: list[int] = []
             for conv_id, uid, seq, ms in sorted(reads):
@@ -1120,6 +1132,7 @@ class MySQLStore:
         self, db: Transactions, cursors: Sequence[tuple[int, int, str, int, int]]
     ) -> None:
         async def body(cur: Cursor) -> None:
+            await cur.execute(sql.hold_shards(self.shard_of(c[0]) for c in cursors))
             values = ",".join(["(%s,%s,%s,%s,%s)"] * len(cursors))
             params: list[int | str] = []
             for conv_id, uid, device, seq, ms in sorted(cursors):
@@ -1136,6 +1149,7 @@ class MySQLStore:
 
     async def set_delivered(self, conv_id: int, uid: int, device: str, seq: int) -> int | None:
         async def body(cur: Cursor) -> int | None:
+            await cur.execute(sql.hold_shards([self.shard_of(conv_id)]))
             await cur.execute("SELECT max_seq FROM im_conv_seq WHERE conv_id=%s", (conv_id,))
             row = await cur.fetchone()
             target = min(seq, int(row[0]) if row else 0)

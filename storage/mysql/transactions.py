@@ -107,6 +107,9 @@ class Transactions:
         self._pool: Pool | None = None
         self._lazy = False  # open(lazy=True): a failed open is retried at the next use
         self._opening = asyncio.Lock()
+        # called when a statement finds a message shard renamed away (a shard moving,
+        # storage/mysql/move.py): the store reads the shard map at once
+        self.on_shard_moving: Callable[[], None] | None = None
 
     async def open(self, *, lazy: bool = False) -> None:
         """Open the pool. `lazy`: a server that does not answer now is tried again by
@@ -226,6 +229,8 @@ class Transactions:
                 if errno == _NO_SUCH_TABLE and "im_message_" in str(e):
                     # a shard being moved to another server (`imgw db add-server`
                     # renamed it here); the store follows the new map within a second
+                    if self.on_shard_moving is not None:
+                        self.on_shard_moving()
                     raise StoreUnavailable(f"MySQL: message shard moving: {e}") from e
                 if isinstance(e, db_errors.OperationalError | db_errors.InterfaceError):
                     await self._forget_idle_connections()
