@@ -64,6 +64,10 @@ PONG_BODY: Final = PONG[4:]
 _PONG_LEN: Final = len(PONG)
 READ_SIZE: Final = 64 * 1024  # one read takes up to this much (level-triggered: the rest next poll)
 MAX_EVENTS: Final = 4096  # readiness events taken per poll
+# While every connection is held, reads wait this long between polls: PONGs are taken
+# in batches, and still within the 40 ms of TCP's delayed ACK, so the ACK of a PONG goes
+# out from this process's read, as a client's would, not from a timer on whichever CPU.
+READ_EVERY_S: Final = 0.02
 _LEN: Final = struct.Struct(">I")
 _LINGER_RST: Final = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 _IN: Final = select.EPOLLIN
@@ -402,10 +406,10 @@ class FdHolders:
                     self.report()
                 next_tick = max(next_tick + TICK_S, now)
             wait = max(0.0, next_tick - time.monotonic())
-            if self.held == spec.count:
-                # Everything held: what is read now is PONGs. Wake once a tick and take
-                # them all, not once a PONG.
-                time.sleep(wait)
+            if self.held == spec.count and wait > 0:
+                # Everything held: what is read now is PONGs. Take what came in the last
+                # READ_EVERY_S at once, not one wakeup a PONG.
+                time.sleep(min(wait, READ_EVERY_S))
                 wait = 0.0
             self.dispatch(poll(wait, MAX_EVENTS))
         self.stopping = True
