@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from bench.common import BenchError, Gateway, Sampler
+from bench.fdholders import fd_holder_main, serves
 from bench.holders import HolderSpec, holder_main
 
 MAX_PER_PROC: Final = 18_000  # a process may hold 20,000 open files here
@@ -121,7 +122,10 @@ class Fleet:
             )  # fmt: skip
             uid0 += n
             parent_end, child_end = self.ctx.Pipe()
-            p = self.ctx.Process(target=holder_main, args=(spec, child_end, self.out), daemon=True)
+            # plain TCP on bare file descriptors (bench.fdholders); TLS and WebSocket on
+            # uvloop's transports (bench.holders)
+            main = fd_holder_main if serves(spec) else holder_main
+            p = self.ctx.Process(target=main, args=(spec, child_end, self.out), daemon=True)
             p.start()
             self.procs.append(p)
             self.ctrls.append(parent_end)

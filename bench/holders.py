@@ -1,5 +1,7 @@
-"""Generator processes that open, log in and hold many connections: the load of the
-`connect` and `storm` scenarios.
+"""Generator processes that open, log in and hold many connections on uvloop's
+transports: the load of the `connect` and `storm` scenarios with `tls` or `ws_path`.
+Plain TCP runs on bench.fdholders, which holds each connection as a bare file
+descriptor and shares this module's spec, states and port choice.
 
 Each process owns a uid range and one loopback source address (so that the 64k ports of
 one address are no limit: 1,000,000 connections come from ~70 addresses), stays under
