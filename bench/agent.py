@@ -11,7 +11,7 @@ starts); for a gateway on another machine the processes bind the addresses given
 `--source` instead, one each. The agent builds its fleet, reports `ready`, and starts it
 when the controller sends `go` to every agent at once (the start barrier). Each second
 it reports its counts, its generator processes' CPU seconds and RSS, and the machine's
-kernel memory for sockets against what it was before the run.
+kernel memory for sockets against its level at the start of the run.
 
 Bounded: the agent stops its share and goes back to waiting when the controller asks,
 when the run is aborted, when the controller's lease on the run lapses (a controller
