@@ -5,6 +5,7 @@ loudly, and the others stop; agents whose controller died stop by themselves."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -87,6 +88,21 @@ def bench(
     return result, done.stderr
 
 
+def kill_under(path: Path) -> None:
+    """SIGKILL every process whose command line names `path` (a gateway a killed bench
+    spawned with its data there: TMPDIR points the bench's work directory at it)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(path).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
 def states(url: str) -> dict[str, str]:
     c = Coordinator(url)
     try:
@@ -160,15 +176,16 @@ def test_agents_stop_when_their_controller_dies(tmp_path: Path, coordinator: str
              "--ramp", "1000", "--hold", "300", "--spawn-gateway", "--agents", "2",
              "--coordinator", coordinator, "--no-charts", "--json", str(tmp_path / "r.json")],
             cwd=tmp_path, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)},
         )  # fmt: skip
         deadline = time.monotonic() + 60
         while set(states(coordinator).values()) != {"busy"}:
             assert time.monotonic() < deadline, "the agents never got to work"
             time.sleep(0.2)
         time.sleep(2)
-        os.killpg(run.pid, signal.SIGKILL)  # the controller and the gateway it spawned
+        os.killpg(run.pid, signal.SIGKILL)  # the controller
         run.wait(10)
+        kill_under(tmp_path)  # and the gateway it spawned, in a session of its own
         killed = time.monotonic()
         while set(states(coordinator).values()) != {"idle"}:
             assert time.monotonic() - killed < 20, states(coordinator)
