@@ -51,6 +51,8 @@ from bench.holders import (
     SYNCING,
     TICK_S,
     HolderSpec,
+    kind_name,
+    progress,
     source_ports,
 )
 from bench.loadclient import PING, login_frame
@@ -332,9 +334,9 @@ class FdHolders:
                 self.since[i] = frame[2]
             self.mark_held(i)
         elif op == Op.KICK:
-            self.count(self.kicks, _name(KickReason, frame[1]))
+            self.count(self.kicks, kind_name(KickReason, frame[1]))
         elif op == Op.ERROR:
-            self.count(self.errors, _name(ErrorCode, frame[2]))
+            self.count(self.errors, kind_name(ErrorCode, frame[2]))
             if frame[2] == ErrorCode.UNAVAILABLE:  # per client: how often it was told
                 told = self.unavailable[i] = self.unavailable.get(i, 0) + 1
                 if told == 3:
@@ -520,18 +522,7 @@ class FdHolders:
         table[key] = table.get(key, 0) + 1
 
     def report(self) -> None:
-        self.out.put(
-            ("progress", self.spec.idx, self.started, self.held, self.logins, self.drops,
-             dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0, self.gave_up,
-             self.pongs, self.syncs, self.unavailable_max, self.unavailable_over_2)
-        )  # fmt: skip
-
-
-def _name(kind: Any, value: int) -> str:
-    try:
-        return str(kind(value).name.lower())
-    except ValueError:
-        return f"code_{value}"
+        self.out.put(progress(self))
 
 
 def fd_holder_main(spec: HolderSpec, ctrl: Any, out: Any) -> None:

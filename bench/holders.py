@@ -348,9 +348,9 @@ class Holders:
                 conn.since = frame[2]
             self._held(conn)
         elif op == Op.KICK:
-            self.count(self.kicks, _name(KickReason, frame[1]))
+            self.count(self.kicks, kind_name(KickReason, frame[1]))
         elif op == Op.ERROR:
-            self.count(self.errors, _name(ErrorCode, frame[2]))
+            self.count(self.errors, kind_name(ErrorCode, frame[2]))
             if frame[2] == ErrorCode.UNAVAILABLE:  # per client: how often it was told
                 told = self.unavailable[conn.i] = self.unavailable.get(conn.i, 0) + 1
                 if told == 3:
@@ -435,14 +435,20 @@ class Holders:
         self.out.put(("closed", spec.idx))
 
     def report(self) -> None:
-        self.out.put(
-            ("progress", self.spec.idx, self.started, self.held, self.logins, self.drops,
-             dict(self.errors), dict(self.kicks), proc_rss() or 0, self.rss0, self.gave_up,
-             self.pongs, self.syncs, self.unavailable_max, self.unavailable_over_2)
-        )  # fmt: skip
+        self.out.put(progress(self))
 
 
-def _name(kind: Any, value: int) -> str:
+def progress(g: Any) -> tuple[Any, ...]:
+    """A generator process's report to the driver, `g` its counters (bench.fleet reads
+    the fields by position)."""
+    return (
+        "progress", g.spec.idx, g.started, g.held, g.logins, g.drops, dict(g.errors),
+        dict(g.kicks), proc_rss() or 0, g.rss0, g.gave_up, g.pongs, g.syncs,
+        g.unavailable_max, g.unavailable_over_2,
+    )  # fmt: skip
+
+
+def kind_name(kind: Any, value: int) -> str:
     try:
         return str(kind(value).name.lower())
     except ValueError:
