@@ -65,7 +65,7 @@ def allowed(host: str, allow: list[str]) -> bool:
     return False
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
     try:
         return all(
             ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback
@@ -129,7 +129,7 @@ class Agent:
                 return
             share = msg["share"]
             self._check_target(share["host"])
-            loopback = _is_loopback(share["host"])
+            loopback = is_loopback(share["host"])
             if not loopback and not self.sources:
                 raise BenchError(
                     f"the run targets {share['host']}, not loopback: start the agent with "
@@ -255,6 +255,7 @@ class Agent:
     def _drive(self, run: str, fleet: Fleet, share: dict[str, Any]) -> None:
         sampler = Sampler()
         sampler.watch("generators", fleet.pids)
+        sources = [fleet.src_ip(i) for i in range(fleet.procs_n)]
         kernel0 = kernel_memory()
         fleet.start(share["host"], share["port"], share["kid"], share["secret"], share["uid0"])
         deadline = time.monotonic() + float(share["fleet"]["timeout_s"])
@@ -275,7 +276,7 @@ class Agent:
             elif time.monotonic() > deadline:
                 state = "timed out"
             seq += 1
-            self.c.report(run, self.name, _report(seq, state, view, sampler, kernel0))
+            self.c.report(run, self.name, _report(seq, state, view, sampler, kernel0, sources))
             if state != "running":
                 break
         fleet.stop()
@@ -284,11 +285,16 @@ class Agent:
         view = fleet.poll(0)
         sampler.sample(force=True)
         final = "stopped" if state == "stopping" else state
-        self.c.report(run, self.name, _report(seq + 1, final, view, sampler, kernel0))
+        self.c.report(run, self.name, _report(seq + 1, final, view, sampler, kernel0, sources))
 
 
 def _report(
-    seq: int, state: str, view: FleetView, sampler: Sampler, kernel0: dict[str, int]
+    seq: int,
+    state: str,
+    view: FleetView,
+    sampler: Sampler,
+    kernel0: dict[str, int],
+    sources: list[str] | None = None,
 ) -> dict[str, Any]:
     rows = sampler.samples.get("generators", [])
     kernel = kernel_memory()
@@ -300,6 +306,7 @@ def _report(
         "cpu_s": rows[-1][1] / CLK_TCK if rows else 0.0,
         "rss": rows[-1][2] if rows else 0,
         "kernel": {k: kernel[k] - kernel0[k] for k in kernel0},
+        "sources": sources or [],
     }
 
 

@@ -76,6 +76,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         help="a running gateway instead: its TCP port, or with --transport ws its WebSocket "
         "listener (HOST:PORT for path /ws, or ws://HOST:PORT/PATH)",
     )  # fmt: skip
+    g.add_argument(
+        "--gateway-host", default="127.0.0.1", metavar="ADDR",
+        help="with --spawn-gateway: the address it listens on and the load connects to "
+        "(127.0.0.1); another address of this machine for agents elsewhere, such as the "
+        "bridge of scripts/bench-netns",
+    )  # fmt: skip
     g.add_argument("--token-key", metavar="KID:SECRET", help="its token key (with --addr)")
     g.add_argument("--gateway-pid", type=int, action="append", help="its pid(s), to sample")
     g.add_argument("--store", help="store URL (mysql://... ; default: embedded SQLite)")
@@ -253,6 +259,8 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     _check_agents(p, args)
     if args.spawn_gateway == bool(args.addr):
         p.error("give exactly one of --spawn-gateway and --addr HOST:PORT")
+    if args.gateway_host != "127.0.0.1" and not args.spawn_gateway:
+        p.error("--gateway-host is where a spawned gateway listens: it needs --spawn-gateway")
     if args.addr and (not args.token_key or ":" not in args.token_key):
         p.error("--addr needs --token-key KID:SECRET (the gateway's key)")
     ws = getattr(args, "transport", "tcp") == "ws"

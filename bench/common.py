@@ -244,8 +244,9 @@ def _holds_socket(pid: str, inodes: set[str]) -> bool:
 
 def kernel_memory() -> dict[str, int]:
     """Kernel memory that grows with connections: slab (socket structures) and TCP
-    buffer pages, in bytes."""
-    out = {"slab": 0, "tcp_buffers": 0}
+    buffer pages, in bytes (both the machine's, whatever the network namespace); and
+    `tcp_sockets`, the TCP sockets in use in this process's network namespace."""
+    out = {"slab": 0, "tcp_buffers": 0, "tcp_sockets": 0}
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("Slab:"):
@@ -255,6 +256,7 @@ def kernel_memory() -> dict[str, int]:
             if line.startswith("TCP:"):
                 parts = line.split()
                 out["tcp_buffers"] = int(parts[parts.index("mem") + 1]) * PAGE
+                out["tcp_sockets"] = int(parts[parts.index("inuse") + 1])
     return out
 
 
@@ -460,6 +462,7 @@ class GatewaySpec:
     workers: int = 1
     shards: int = 16
     servers: list[str] = field(default_factory=list)  # more MySQL servers, host:port
+    host: str = "127.0.0.1"  # the address it listens on (and its admin ports)
     port: int = 0
     hb: int = 30
     idle: int = 75
@@ -476,7 +479,7 @@ class Gateway:
     def __init__(self, spec: GatewaySpec, workdir: Path, kid: str, secret: str) -> None:
         self.spec = spec
         self.workdir = workdir
-        self.host = "127.0.0.1"
+        self.host = spec.host
         self.port = spec.port or free_port(self.host)
         self.admin_port = free_port_range(spec.workers, self.host)
         self.kid, self.secret = kid, secret

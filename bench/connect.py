@@ -158,7 +158,7 @@ def run_connect(args: argparse.Namespace, run: Run) -> dict[str, Any]:
     run.sample(force=True)
     log(
         f"ramping {n:,} connections at {args.ramp:,.0f}/s from {fleet.procs_n} generator "
-        f"processes (source addresses {fleet.src_ip(0)}..), heartbeat every {args.hb} s"
+        f"processes ({fleet.sources_text(run.host)}), heartbeat every {args.hb} s"
     )
     fleet.start(run.host, run.port, run.kid, run.secret, uid0=_uid0())
     # The generators' CPU per PING too: on loopback each side pays for the other end's

@@ -104,6 +104,9 @@ class Fleet:
             return self.sources[i]
         return f"127.{self.net}.{i // 250}.{1 + i % 250}"
 
+    def sources_text(self, host: str) -> str:
+        return f"source addresses {self.src_ip(0)}.."
+
     def start(self, host: str, port: int, kid: str, secret: str, uid0: int) -> None:
         shares = [self.connections // self.procs_n] * self.procs_n
         for i in range(self.connections % self.procs_n):

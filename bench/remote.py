@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import msgpack
 
+from bench.agent import is_loopback
 from bench.common import BenchError, log
 from bench.coordinator import Coordinator, to_wall
 from bench.fleet import MAX_PER_PROC, FleetView
@@ -51,6 +52,7 @@ class _Agent:
     seq: int = -1
     changed_at: float = field(default_factory=time.monotonic)
     report: dict[str, Any] | None = None
+    tcp_sockets_peak: int = 0  # the most TCP sockets its network stack had in use
     cpu: list[tuple[float, float]] = field(default_factory=list)  # (monotonic, CPU s)
 
 
@@ -137,6 +139,8 @@ class _Controller:
                 a.seq, a.report, a.changed_at = r.get("seq", 0), r, now
                 if "cpu_s" in r:
                     a.cpu.append((now, float(r["cpu_s"])))
+                sockets = int(r.get("kernel", {}).get("tcp_sockets", 0))
+                a.tcp_sockets_peak = max(a.tcp_sockets_peak, sockets)
             r = a.report
             if r is not None and r.get("state") == "error":
                 self._fail(f"agent {a.name} failed: {r.get('error')}")
@@ -195,6 +199,11 @@ class RemoteFleet(_Controller):
     def src_ip(self, i: int) -> str:
         return f"127.{self.base_net}.{i // 250}.{1 + i % 250}"
 
+    def sources_text(self, host: str) -> str:
+        if is_loopback(host):
+            return f"on {self.n} agents, from 127.{self.base_net}.0.0/16 and up"
+        return f"on {self.n} agents, from each agent's own --source addresses"
+
     def pids(self) -> list[int]:
         return []  # the generators run on the agents' machines: they report their CPU
 
@@ -234,23 +243,30 @@ class RemoteFleet(_Controller):
 
     def results(self) -> list[dict[str, Any]]:
         """One entry per agent for the result's `agents` key: its share and what it
-        reported last."""
+        reported last. Kernel memory is a machine's, whatever the network namespace:
+        agents on one host divide it among all their connections."""
         out: list[dict[str, Any]] = []
+        on_host: dict[str, int] = {}
+        for a in self.agents:
+            held = int((a.report or {}).get("view", {}).get("held", 0))
+            on_host[a.host] = on_host.get(a.host, 0) + held
         for a in self.agents:
             r = a.report or {}
             v = r.get("view", {})
             held = int(v.get("held", 0))
             kernel = r.get("kernel", {})
             out.append({
-                "name": a.name, "host": a.host, "source_net": f"127.{a.net}.0.0/16",
+                "name": a.name, "host": a.host, "sources": r.get("sources", []),
                 "connections_target": a.connections, "connections_held": held,
                 "logins": v.get("logins"), "drops": v.get("drops"),
                 "errors": sum(v.get("errors", {}).values()), "state": r.get("state"),
                 "generator_rss_bytes": r.get("rss"),
                 "generator_rss_per_conn_bytes": _per(r.get("rss"), v.get("rss_baseline"), held),
                 "generator_cpu_s": r.get("cpu_s"),
-                "kernel_slab_per_conn_bytes": _per(kernel.get("slab"), 0, held),
-                "kernel_tcp_buffers_per_conn_bytes": _per(kernel.get("tcp_buffers"), 0, held),
+                "kernel_slab_per_conn_bytes": _per(kernel.get("slab"), 0, on_host[a.host]),
+                "kernel_tcp_buffers_per_conn_bytes":
+                    _per(kernel.get("tcp_buffers"), 0, on_host[a.host]),
+                "tcp_sockets_peak": a.tcp_sockets_peak,
             })  # fmt: skip
         return out
 

@@ -72,7 +72,7 @@ class Run:
                 servers=[h for h in getattr(args, "servers", "").split(",") if h],
                 idle=args.gateway_idle, extra=extra, keep_data=args.keep_data,
                 preload=getattr(args, "volume", None), port=args.gateway_port,
-                log_path=args.gateway_log,
+                host=getattr(args, "gateway_host", "127.0.0.1"), log_path=args.gateway_log,
             )  # fmt: skip
             self.gateway = Gateway(spec, self.workdir, self.kid, self.secret)
             self.host, self.port = self.gateway.host, self.gateway.port
