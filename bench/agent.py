@@ -22,6 +22,8 @@ allowed (`--allow`, loopback by default).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import ipaddress
@@ -30,15 +32,18 @@ import os
 import queue
 import signal
 import socket
+import threading
 import time
 import traceback
 from typing import Any, Final
 
 import msgpack
+import uvloop
 
 from bench.common import CLK_TCK, BenchError, Sampler, kernel_memory, log, set_log_name
 from bench.coordinator import Coordinator, to_monotonic
 from bench.fleet import Fleet, FleetView
+from bench.offline import PHASES, OfflinePart, OfflineShare
 from bench.senders import StepSpec, WorkerSpec, worker_main
 
 GO_WAIT_S: Final = 120.0  # from `ready` to the controller's `go`
@@ -126,6 +131,9 @@ class Agent:
         try:
             if "workers" in msg:
                 self._workers(run, msg["workers"], report)
+                return
+            if "offline" in msg:
+                self._offline(run, msg, report)
                 return
             share = msg["share"]
             self._check_target(share["host"])
@@ -236,6 +244,69 @@ class Agent:
             self.c.emit(run, batch)
         final = "stopped" if state == "stopping" else state
         self.c.report(run, self.name, _report(seq + 1, final, FleetView(), sampler, kernel0))
+
+    def _offline(self, run: str, msg: dict[str, Any], report: dict[str, Any]) -> None:
+        """An offline run's part (bench.offline): each phase run when the controller
+        starts it, on an event loop in a thread of its own, while this thread reports."""
+        share = OfflineShare(**msg["offline"])
+        self._check_target(share.host)
+        log(f"run {run}: {share.receivers:,} offline receivers on {share.host}:{share.port}")
+        self.c.report(run, self.name, report)
+        if not self._wait_go(run):
+            return
+        part = OfflinePart(share)
+        loop = uvloop.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="offline", daemon=True)
+        thread.start()
+        sampler = Sampler()
+        sampler.watch("generators", lambda: [os.getpid()])
+        kernel0 = kernel_memory()
+        deadline = time.monotonic() + float(msg["timeout_s"])
+        phases: dict[str, Any] = {}
+        running: tuple[str, concurrent.futures.Future[dict[str, Any]]] | None = None
+        state, seq, last_report = "running", 0, 0.0
+        try:
+            while True:
+                got = self.c.receive(self.name, 0.1)
+                if got is not None and got.get("run") == run:
+                    if got["kind"] == "step" and running is None and got["phase"] in PHASES:
+                        phase = str(got["phase"])
+                        coro = part.run_phase(phase)
+                        running = (phase, asyncio.run_coroutine_threadsafe(coro, loop))
+                    elif got["kind"] == "stop":
+                        state = "stopping"
+                finished = running is not None and running[1].done()
+                if running is not None and finished:
+                    phases[running[0]] = running[1].result()  # its error fails the run
+                    running = None
+                now = time.monotonic()
+                if now - last_report < REPORT_EVERY_S and not finished and state == "running":
+                    continue
+                last_report = now
+                self.heartbeat()
+                if state == "running":
+                    if not self.c.run_held(run):
+                        state = "orphaned"
+                    elif why := self.c.aborted(run):
+                        state = "aborted"
+                        log(f"run {run} aborted by the controller: {why}")
+                    elif now > deadline:
+                        state = "timed out"
+                sampler.sample(force=True)
+                seq += 1
+                out = _report(seq, state, FleetView(), sampler, kernel0)
+                self.c.report(run, self.name, {**out, "phases": phases})
+                if state != "running":
+                    break
+        finally:
+            if running is not None:
+                running[1].cancel()
+            loop.call_soon_threadsafe(part.close)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+        final = "stopped" if state == "stopping" else state
+        out = _report(seq + 1, final, FleetView(), sampler, kernel0)
+        self.c.report(run, self.name, {**out, "phases": phases})
 
     def _wait_go(self, run: str) -> bool:
         deadline = time.monotonic() + GO_WAIT_S

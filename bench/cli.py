@@ -20,10 +20,11 @@ bench-<scenario>.json), PNG charts and a short report beside it.
     imgw bench connect --connections 1000000 --agents 8 --coordinator redis://ctl:6379/0 \
         --addr 10.0.0.5:7070 --token-key k1:SECRET
 
---agents N generates the load of connect, storm, chat and group on N agents instead of
-here: `imgw bench agent` on each load machine waits on the --coordinator Redis for its
-share (connect and storm: connections, uid range, ramp, source addresses; chat and
-group: generator processes); the controller starts them together and writes the same
+--agents N generates the load of every scenario on N agents instead of here: `imgw bench
+agent` on each load machine waits on the --coordinator Redis for its share (connect and
+storm: connections, uid range, ramp, source addresses; chat and group: generator
+processes; offline: receivers and their senders, each phase started on all at once);
+the controller starts them together and writes the same
 progress lines and JSON, with a per-agent breakdown under `agents`.
 
 --transport ws runs connect, storm, chat and group over WebSocket instead of the plain
@@ -233,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         _volume(sp)
     for sp in (c, s, ch, gr):
         _transport(sp)
+    for sp in (c, s, ch, gr, off):
         _agents(sp)
     for sp in (c, s, ch, gr, off):
         _common(sp)

@@ -357,3 +357,61 @@ class RemoteWorkers(_Controller):
 
     def stop(self, clean: bool) -> None:
         self._stop_agents()
+
+
+class RemoteOffline(_Controller):
+    """An offline run's parts (bench.offline.OfflineShare) on `agents` agents: each gets
+    an even share of the receivers and a disjoint uid range, and runs each phase when
+    `phase` starts it on all of them at once."""
+
+    def __init__(self, coordinator: str, agents: int, agents_wait_s: float) -> None:
+        super().__init__(coordinator, agents, agents_wait_s)
+        self.receivers: list[int] = []
+
+    def start(
+        self, host: str, port: int, kid: str, secret: str, uid0: int, receivers: int,
+        messages: int, timeout_s: float,
+    ) -> None:  # fmt: skip
+        if receivers < self.n:
+            raise BenchError(f"--agents {self.n} needs --receivers {self.n} or more")
+        self.receivers = [receivers // self.n] * self.n
+        for i in range(receivers % self.n):
+            self.receivers[i] += 1
+        shares: list[dict[str, Any]] = []
+        for n in self.receivers:
+            part = {"host": host, "port": port, "kid": kid, "secret": secret, "uid0": uid0,
+                    "receivers": n, "messages": messages}  # fmt: skip
+            shares.append({"offline": part, "timeout_s": timeout_s})
+            uid0 += 2 * n
+        self._begin(shares, self.receivers)
+
+    def phase(self, name: str) -> list[dict[str, Any]]:
+        """Start phase `name` on every agent at once; what each reported of it, by agent,
+        once all have (the run fails if one errs or goes silent meanwhile)."""
+        for a in self.agents:
+            self.c.send(a.name, {"kind": "step", "run": self.run, "phase": name})
+        while True:
+            reports = self._watch()
+            done = [((r or {}).get("phases") or {}).get(name) for r in reports.values()]
+            if all(d is not None for d in done):
+                return [d for d in done if d is not None]
+            time.sleep(0.1)
+
+    def results(self) -> list[dict[str, Any]]:
+        """One entry per agent for the result's `agents` key."""
+        out: list[dict[str, Any]] = []
+        for a, n in zip(self.agents, self.receivers, strict=True):
+            r = a.report or {}
+            phases = r.get("phases") or {}
+            caught = phases.get("catch_up") or {}
+            out.append({
+                "name": a.name, "host": a.host, "receivers": n, "state": r.get("state"),
+                "acked": (phases.get("send") or {}).get("acked"),
+                "messages_pulled": caught.get("pulled"), "missing": caught.get("missing"),
+                "duplicates": caught.get("duplicates"),
+                "generator_rss_bytes": r.get("rss"), "generator_cpu_s": r.get("cpu_s"),
+            })  # fmt: skip
+        return out
+
+    def stop(self) -> None:
+        self._stop_agents()

@@ -302,3 +302,29 @@ def test_agents_in_network_namespaces(tmp_path: Path, namespaces: str) -> None:
     # each namespace's own stack held its own agent's sockets, and only those
     for a in by_agent:
         assert 10_000 <= a["tcp_sockets_peak"] < 10_100, a
+
+
+def test_offline_on_three_agents_matches_one_here(tmp_path: Path, coordinator: str) -> None:
+    """300 receivers and their senders spread over three agents, each phase started on
+    all of them at once, and the same here: every message sent, pulled once, and the
+    catch-up latency from the merged histograms of the same order."""
+    load = ["--receivers", "300", "--messages", "20", "--spawn-gateway"]
+    agents = start_agents(tmp_path, coordinator, 3)
+    try:
+        spread, err = bench(tmp_path, "offline-agents", "offline", *load, "--agents", "3",
+                            "--coordinator", coordinator)  # fmt: skip
+    finally:
+        stop_agents(agents)
+    here, _ = bench(tmp_path, "offline-here", "offline", *load)
+    keys = ("catch_up_p50_ms", "catch_up_p99_ms", "gateway_cpu_us_per_catch_up",
+            "gateway_cpu_us_per_sync")  # fmt: skip
+    print("\n" + "\n".join(f"{k}: agents {spread.get(k)}, here {here.get(k)}" for k in keys))
+    for r in (spread, here):
+        assert (r["acked"], r["messages_pulled"]) == (6000, 6000), r
+        assert (r["errors"], r["missing"], r["duplicates"]) == (0, 0, 0), r
+        assert r["gateway_cpu_us_per_catch_up"] and r["gateway_cpu_us_per_sync"]
+    assert [a["receivers"] for a in spread["agents"]] == [100] * 3
+    assert [a["messages_pulled"] for a in spread["agents"]] == [2000] * 3
+    assert {a["state"] for a in spread["agents"]} == {"stopped"}
+    assert "on 3 agents" in err
+    assert 0.2 < spread["catch_up_p50_ms"] / here["catch_up_p50_ms"] < 5
