@@ -279,12 +279,12 @@ class FdHolders:
             return
         attempt = self.attempt[i] = min(255, self.attempt[i] + 1)
         spec = self.spec
-        if spec.reconnect:
+        if spec.reconnect or attempt < CONNECT_TRIES:
+            # after a full-jitter backoff, as an app would: retried at once, the logins
+            # a loaded gateway refused came back at it on top of the ramp's
             ceiling = min(spec.backoff_cap_s, spec.backoff_base_s * 2 ** min(attempt, 20))
             when = time.monotonic() + random.uniform(0, ceiling)
             heapq.heappush(self.timers, (when, _REOPEN, i))
-        elif attempt < CONNECT_TRIES:
-            self.retry.append(i)
         else:
             self.gave_up += 1  # counted as failed: the ramp does not wait for it
 

@@ -189,7 +189,7 @@ class Holders:
         self.errors: dict[str, int] = {}
         self.kicks: dict[str, int] = {}
         self.stopping = False
-        self.retry: list[int] = []  # failed first connects, tried again by the ramp
+        self.retry: list[int] = []  # connections whose backoff ended, waiting for a slot
         self.gave_up = 0  # connections that failed CONNECT_TRIES times (not reconnecting)
         self.ports = source_ports()
         self.next_port = random.randrange(len(self.ports))  # an index into ports
@@ -307,11 +307,9 @@ class Holders:
             return
         conn.attempt += 1
         spec = self.spec
-        if spec.reconnect:
+        if spec.reconnect or conn.attempt < CONNECT_TRIES:  # after a full-jitter backoff
             ceiling = min(spec.backoff_cap_s, spec.backoff_base_s * 2 ** min(conn.attempt, 20))
             self.loop.call_later(random.uniform(0, ceiling), self._reopen, conn)
-        elif conn.attempt < CONNECT_TRIES:
-            self.retry.append(conn.i)
         else:
             self.gave_up += 1  # counted as failed: the ramp does not wait for it
 
