@@ -26,7 +26,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
-import ipaddress
 import multiprocessing as mp
 import os
 import queue
@@ -40,6 +39,7 @@ from typing import Any, Final
 import msgpack
 import uvloop
 
+from bench.addresses import allowed, is_loopback
 from bench.common import CLK_TCK, BenchError, Sampler, kernel_memory, log, set_log_name
 from bench.coordinator import Coordinator, to_monotonic
 from bench.fleet import Fleet, FleetView
@@ -49,35 +49,6 @@ from bench.senders import StepSpec, WorkerSpec, worker_main
 GO_WAIT_S: Final = 120.0  # from `ready` to the controller's `go`
 REPORT_EVERY_S: Final = 1.0
 DEFAULT_ALLOW: Final = ("127.0.0.0/8", "::1/128")
-
-
-def allowed(host: str, allow: list[str]) -> bool:
-    """Whether `host` (an address or a name) is one the agent may load: inside one of
-    the `allow` networks, or equal to one of its host names."""
-    if host in allow:
-        return True
-    try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
-    except OSError:
-        return False
-    for rule in allow:
-        try:
-            net = ipaddress.ip_network(rule, strict=False)
-        except ValueError:
-            continue
-        if addresses and all(ipaddress.ip_address(str(a).split("%")[0]) in net for a in addresses):
-            return True
-    return False
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return all(
-            ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback
-            for info in socket.getaddrinfo(host, None)
-        )
-    except (OSError, ValueError):
-        return False
 
 
 class Agent:

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import msgpack
 
-from bench.agent import is_loopback
+from bench.addresses import is_loopback
 from bench.common import BenchError, log
 from bench.coordinator import Coordinator, to_wall
 from bench.fleet import MAX_PER_PROC, FleetView

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from bench.agent import allowed
+from bench.addresses import allowed
 from bench.common import BenchError
 from bench.fleet import Fleet, FleetView
 from bench.remote import _add
