@@ -222,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
         "both, their ratio, and the sink's events/s, events and latency (with "
         "--spawn-gateway)",
     )  # fmt: skip
+    ch.add_argument(
+        "--push-rounds", type=int, default=1, metavar="N",
+        help="with --push-sink: the pair of runs (off, then on) N times in a row, each "
+        "pair's CPU ratio reported and their median as cpu_ratio_median (1): on a shared "
+        "machine two runs minutes apart differ by more than push events cost",
+    )  # fmt: skip
     ch.set_defaults(group_size=2)
     gr = sub.add_parser("group", help="sends fanned out to groups")
     _rates(gr, 200)
@@ -291,12 +297,16 @@ def _check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             args.volume = Volume.of(args.preload, args.preload_convs)
         except ValueError as e:
             p.error(str(e))
+    if getattr(args, "push_rounds", 1) != 1 and not getattr(args, "push_sink", False):
+        p.error("--push-rounds repeats the runs of --push-sink: add --push-sink")
     if getattr(args, "push_sink", False):
         if not args.spawn_gateway:
             p.error("--push-sink starts the gateway with and without --push-url: it needs "
                     "--spawn-gateway")  # fmt: skip
         if args.volume is not None:
             p.error("--push-sink and --preload each run the scenario twice: give one of them")
+        if args.push_rounds < 1:
+            p.error("--push-rounds must be >= 1")
         if any(a.startswith(("--push-url", "--push-amqp")) for a in args.gateway_arg):
             p.error("--push-sink gives the gateway its own --push-url: leave out "
                     "--gateway-arg=--push-url/--push-amqp")  # fmt: skip
@@ -403,26 +413,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run_push_sink(args: argparse.Namespace) -> tuple[dict[str, Any], int]:
     """--push-sink: the scenario on a gateway without push events, then on one that
-    posts them to a sink started here; the second run's result, with the first's under
-    `push_off` and the two compared under `push`."""
-    from bench.push_sink import SinkProcess, compare
+    posts them to a sink started here, `--push-rounds` times; the last "on" run's
+    result, with its "off" run's under `push_off`, the two compared under `push`, and
+    with several rounds each round's figures and the median ratio there too."""
+    from bench.push_sink import SinkProcess, compare, rounds_summary
 
-    log("push sink: the run with push events off first, then with them on")
-    off, status_off = run_scenario(args)
-    if status_off != 0:
-        log("the run with push events off failed; the run with them on follows anyway")
-    log("now with push events on")
-    sink = SinkProcess().start()
-    given = args.gateway_arg
-    args.sink, args.gateway_arg = sink, [*given, f"--push-url={sink.url}"]
-    try:
-        result, status = run_scenario(args)
-    finally:
-        args.sink, args.gateway_arg = None, given
-        sink.stop()
-    result["push_off"] = off
-    result["push"] = compare(off, result)
-    return result, status or status_off
+    rounds: list[dict[str, Any]] = []
+    status = 0
+    for n in range(1, args.push_rounds + 1):
+        of = f" (round {n} of {args.push_rounds})" if args.push_rounds > 1 else ""
+        log(f"push sink: the run with push events off first, then with them on{of}")
+        off, status_off = run_scenario(args)
+        if status_off != 0:
+            log("the run with push events off failed; the run with them on follows anyway")
+        log(f"now with push events on{of}")
+        sink = SinkProcess().start()
+        given = args.gateway_arg
+        args.sink, args.gateway_arg = sink, [*given, f"--push-url={sink.url}"]
+        try:
+            result, status_on = run_scenario(args)
+        finally:
+            args.sink, args.gateway_arg = None, given
+            sink.stop()
+        status = status or status_on or status_off
+        result["push_off"] = off
+        result["push"] = compare(off, result)
+        rounds.append(result["push"])
+    if len(rounds) > 1:
+        result["push"].update(rounds_summary(rounds))
+    return result, status
 
 
 def run_scenario(args: argparse.Namespace) -> tuple[dict[str, Any], int]:

@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -253,6 +254,23 @@ def compare(off: dict[str, Any], on: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def rounds_summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several rounds' comparisons (`compare`, one per off/on pair, in order): each
+    round's CPU per message off and on and their ratio, and the median ratio."""
+    rows = [
+        {"off_us_per_msg": r["off"]["gateway_cpu_us_per_msg"],
+         "on_us_per_msg": r["on"]["gateway_cpu_us_per_msg"], "cpu_ratio": r["cpu_ratio"]}
+        for r in rounds
+    ]  # fmt: skip
+    ratios = [r["cpu_ratio"] for r in rows if r["cpu_ratio"] is not None]
+    median = round(statistics.median(ratios), 3) if ratios else None
+    return {
+        "rounds": rows,
+        "cpu_ratio_median": median,
+        "cpu_ratio_median_le_goal": None if median is None else median <= CPU_RATIO_GOAL,
+    }
+
+
 def step_line(sink: dict[str, Any]) -> str:
     """The sink's figures of one step, for the live output."""
     return (
@@ -279,6 +297,12 @@ def lines(cmp: dict[str, Any]) -> list[str]:
             f"server_ms→sink p50 / p99 / max {on.get('latency_p50_ms')} / "
             f"{on.get('latency_p99_ms')} / {on.get('latency_max_ms')} ms "
             f"(goal p99 ≤ {g['event_p99_ms_max']:g} ms)"
+        )
+    if cmp.get("rounds"):
+        ratios = ", ".join(str(r["cpu_ratio"]) for r in cmp["rounds"])
+        out.append(
+            f"  - {len(cmp['rounds'])} rounds of off then on: CPU ratios {ratios}; median "
+            f"{cmp['cpu_ratio_median']} (goal ≤ {g['cpu_ratio_max']})"
         )
     return out
 

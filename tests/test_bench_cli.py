@@ -113,6 +113,19 @@ def test_chat_push_sink_compares_push_off_and_on(tmp_path: Path) -> None:
     assert "- push events:" in (tmp_path / "chat.md").read_text()
 
 
+def test_push_rounds_alternate_off_and_on(tmp_path: Path) -> None:
+    """--push-rounds 2: off, on, off, on; each round's ratio and their median."""
+    r = bench(tmp_path, "chat", "--rate", "100", "--duration", "2", "--warmup", "1",
+              "--procs", "1", "--pairs", "5", "--push-sink", "--push-rounds", "2")  # fmt: skip
+    push = r["push"]
+    assert len(push["rounds"]) == 2
+    ratios = [row["cpu_ratio"] for row in push["rounds"]]
+    assert all(x > 0 for x in ratios)
+    assert push["cpu_ratio_median"] == round((ratios[0] + ratios[1]) / 2, 3)
+    assert push["rounds"][-1]["cpu_ratio"] == push["cpu_ratio"]  # the rest: the last round
+    assert "2 rounds of off then on" in (tmp_path / "chat.md").read_text()
+
+
 def test_group_fans_out_to_every_member(tmp_path: Path) -> None:
     r = bench(tmp_path, "group", "--rate", "100", "--group-size", "4", "--duration", "2",
               "--warmup", "1", "--procs", "1")  # fmt: skip
