@@ -34,7 +34,19 @@ from gateway.ports import Services
 from protocol.codec import encode
 from protocol.decoder import FrameDecoder
 from protocol.errors import FrameError
-from protocol.frames import Error, Invalid, Kick, Login, Logout, Ping, Pong, Send, Typing
+from protocol.frames import (
+    Delivered,
+    Error,
+    Invalid,
+    Kick,
+    Login,
+    Logout,
+    Ping,
+    Pong,
+    Read,
+    Send,
+    Typing,
+)
 from protocol.ops import ErrorCode, KickReason, Op
 from storage.models import Route
 
@@ -58,6 +70,11 @@ CORK_MAX_S: Final = 0.2  # the longest send_ahead holds a frame for the next ans
 READ_BATCH: Final = 32
 MAX_OVER_BUDGET_PAUSE_S: Final = 2.0  # a pause never keeps a client's PINGs unread longer
 _UNBUDGETED: Final = frozenset({Ping, Send, Login, Logout})  # SEND has its own limit
+# Positions a client asked to store, handled even when its connection closed (or began
+# to) before they were: an app marks a conversation read and goes to the background.
+# Every other request read but not handled by then is dropped: its answer has nowhere
+# to go, and the client repeats it (a SEND with the same client_msg_id).
+_AFTER_CLOSE: Final = frozenset({Read, Delivered})
 _OVER_BUDGET: Final = "too many requests; slow down"
 _NO_CAPS: Final[frozenset[str]] = frozenset()
 
@@ -365,7 +382,11 @@ class Connection(asyncio.Protocol):
         if self.decoder is not None:
             self.node.partial_bytes -= self.decoder.buffered
             self.decoder = None
-        self.inbox = None
+        inbox = self.inbox
+        if inbox and prev >= State.ACTIVE and self.task is not None:
+            self.inbox = deque(f for f in inbox if type(f) in _AFTER_CLOSE) or None
+        else:
+            self.inbox = None
         self.node.forget(self, was_active=prev >= State.ACTIVE)
 
     def pause_writing(self) -> None:
@@ -488,13 +509,17 @@ class Connection(asyncio.Protocol):
         self._resume()
 
     async def _drain(self) -> None:
-        """Handle queued requests one at a time, in arrival order."""
+        """Handle queued requests one at a time, in arrival order; once the connection
+        is closing, only the positions among them (_AFTER_CLOSE)."""
         low_water = self.node.config.max_inflight_requests // 2
         try:
             node = self.node
-            while (inbox := self.inbox) and self.state < State.CLOSING:
+            while inbox := self.inbox:
+                frame = inbox.popleft()
+                if self.state >= State.CLOSING and type(frame) not in _AFTER_CLOSE:
+                    continue
                 ahead = bool(node.corked) and self in node.corked  # held for this answer
-                await dispatch(node, self, inbox.popleft())
+                await dispatch(node, self, frame)
                 if ahead:
                     self.uncork()  # the request answered nothing: it goes alone
                 # Not while draining: a connection paused for its drain step stays paused.

@@ -9,6 +9,7 @@ import msgpack
 import pytest
 
 from gateway.server import Server
+from protocol.codec import encode
 from protocol.frames import (
     ConvOk,
     ConvRecord,
@@ -245,3 +246,28 @@ async def test_sync_shows_removal_to_removed_member(gw: Server) -> None:
     assert isinstance(res, SyncResult)
     [row] = [r for r in res.convs if r.conv_id == g]
     assert (row.is_member, row.max_seq) == (False, removal.seq)
+
+
+async def test_positions_sent_right_before_a_close_are_stored(gw: Server) -> None:
+    """A READ and a DELIVERED queued behind slower requests when the client closes (an
+    app that marks a conversation read and goes to the background) are still stored and
+    notified; the requests queued with them are dropped, their answers nowhere to go."""
+    a = await Wire.login(gw.port, 1)
+    conv = await conv_of(await a.request(OpenP2P(0, 2)))
+    for i in range(3):
+        await send(a, conv, f"m{i}")
+    b = await Wire.login(gw.port, 2, "phone")
+    ahead = b"".join(encode(Sync(rid, 0, 0, 100)) for rid in range(1, 41))
+    await b.write(ahead + encode(Read(conv, 3)) + encode(Delivered(conv, 3)))
+    await b.close()  # at once: the SYNCs are still being answered
+    assert await a.wait_for(ReadNotify) == ReadNotify(conv, 2, 3)
+    again = await Wire.login(gw.port, 2, "phone")
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:  # the DELIVERED is handled after the READ that notified
+        page = await again.request(Sync(0, 0, 0, 100))
+        assert isinstance(page, SyncResult)
+        [mine] = [c for c in page.convs if c.conv_id == conv]
+        if mine.delivered_seq == 3 or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert (mine.read_seq, mine.delivered_seq, mine.unread) == (3, 3, 0)
