@@ -187,11 +187,8 @@ class Agent:
                 last_report = now
                 self.heartbeat()
                 if state == "running":
-                    if not self.c.run_held(run):
-                        state = "orphaned"
-                    elif why := self.c.aborted(run):
-                        state = "aborted"
-                        log(f"run {run} aborted by the controller: {why}")
+                    if ended := self._ended(run):
+                        state = ended
                     elif any(p.exitcode not in (None, 0) for p in procs.values()):
                         raise BenchError("a generator process exited with an error")
                 sampler.sample(force=True)
@@ -256,11 +253,8 @@ class Agent:
                 last_report = now
                 self.heartbeat()
                 if state == "running":
-                    if not self.c.run_held(run):
-                        state = "orphaned"
-                    elif why := self.c.aborted(run):
-                        state = "aborted"
-                        log(f"run {run} aborted by the controller: {why}")
+                    if ended := self._ended(run):
+                        state = ended
                     elif now > deadline:
                         state = "timed out"
                 sampler.sample(force=True)
@@ -278,6 +272,16 @@ class Agent:
         final = "stopped" if state == "stopping" else state
         out = _report(seq + 1, final, FleetView(), sampler, kernel0)
         self.c.report(run, self.name, {**out, "phases": phases})
+
+    def _ended(self, run: str) -> str | None:
+        """How the controller ended `run` other than with a stop: "orphaned" (its lease
+        on the run lapsed) or "aborted"; None while the run goes on."""
+        if not self.c.run_held(run):
+            return "orphaned"
+        if why := self.c.aborted(run):
+            log(f"run {run} aborted by the controller: {why}")
+            return "aborted"
+        return None
 
     def _wait_go(self, run: str) -> bool:
         deadline = time.monotonic() + GO_WAIT_S
@@ -310,11 +314,8 @@ class Agent:
             msg = self.c.receive(self.name, 0)
             if msg is not None and msg.get("run") == run and msg["kind"] == "stop":
                 state = "stopping"
-            elif not self.c.run_held(run):
-                state = "orphaned"
-            elif why := self.c.aborted(run):
-                state = "aborted"
-                log(f"run {run} aborted by the controller: {why}")
+            elif ended := self._ended(run):
+                state = ended
             elif time.monotonic() > deadline:
                 state = "timed out"
             seq += 1
