@@ -593,10 +593,11 @@ class Gateway:
             "--hb", str(spec.hb), "--idle", str(spec.idle),
             *spec.extra,
         ]  # fmt: skip
-        # Its own session: a ^C here reaches the driver only, which then stops it.
+        # Its own session: a ^C here reaches the driver only, which then stops it; a
+        # driver killed outright takes it down too (SIGTERM on its parent's death).
         server = ServeProcess(
             args, host=self.host, port=self.port, log_path=self.log_path, new_session=True,
-            env=env,
+            die_with_parent=True, env=env,
         )  # fmt: skip
         self.server, self.exit_code = server, None
         want = spec.workers + 1 if spec.workers > 1 else 1

@@ -9,6 +9,7 @@ Standard library only: tests import it without the bench's own dependencies.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import signal
@@ -18,9 +19,12 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Final
 
 from protocol.codec import encode
 from protocol.frames import Ping
+
+_PR_SET_PDEATHSIG: Final = 1  # prctl(2)
 
 
 class ServeError(RuntimeError):
@@ -69,6 +73,7 @@ class ServeProcess:
         host: str = "127.0.0.1",
         nofile: int | None = None,
         new_session: bool = False,
+        die_with_parent: bool = False,
         cwd: Path | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
@@ -79,6 +84,9 @@ class ServeProcess:
         self.log_path = log_path
         self.nofile = nofile  # the child's open-file limit (soft and hard)
         self.new_session = new_session  # its own session: a ^C here does not reach it
+        # SIGTERM when this process dies, even killed with SIGKILL (Linux): a gateway in a
+        # session of its own would outlive a killed bench otherwise
+        self.die_with_parent = die_with_parent
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -91,7 +99,7 @@ class ServeProcess:
                 serve_command(*self.args), stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=self.new_session, cwd=self.cwd,
                 env={**os.environ, **self.env} if self.env else None,
-                preexec_fn=self._limits if self.nofile is not None else None,
+                preexec_fn=self._child_setup if self.nofile or self.die_with_parent else None,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
         while True:
@@ -108,9 +116,14 @@ class ServeProcess:
                 )
             time.sleep(0.05)  # polling a port that has no event to await
 
-    def _limits(self) -> None:
-        assert self.nofile is not None
-        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+    def _child_setup(self) -> None:
+        """In the child, before it runs `imgw serve`: its open-file limit, and the
+        signal it gets when its parent dies."""
+        if self.nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        if self.die_with_parent and sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
     @property
     def pid(self) -> int:

@@ -5,8 +5,11 @@ beside it. The big runs are in bench/results/, not here."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +171,56 @@ def test_bad_invocations_say_what_to_do(args: list[str], message: str) -> None:
         cwd=REPO, capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert done.returncode == 2 and message in done.stderr
+
+
+def _gateways_under(path: Path) -> list[int]:
+    """The pids of `imgw serve` processes whose command line names `path`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(path).encode() in cmdline and b"serve" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and has not exited (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def test_a_killed_bench_takes_its_gateway_down(tmp_path: Path) -> None:
+    """The spawned gateway runs in a session of its own (a ^C reaches the bench only);
+    a bench killed with SIGKILL, which can stop nothing, still leaves no gateway
+    behind: the gateway gets SIGTERM when its parent dies, and exits."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "gateway.cli", "bench", "connect", "--spawn-gateway",
+         "--connections", "50", "--hold", "120", "--no-charts", "--json",
+         str(tmp_path / "r.json")],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (gateways := _gateways_under(tmp_path)):
+            assert time.monotonic() < deadline, "no gateway started"
+            time.sleep(0.2)
+        time.sleep(2)
+    finally:
+        run.kill()
+        run.wait(10)
+    deadline = time.monotonic() + 20
+    while alive := [pid for pid in gateways if _running(pid)]:
+        if time.monotonic() > deadline:
+            for pid in alive:
+                os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"gateway {alive} outlived the bench that started it")
+        time.sleep(0.2)
