@@ -87,6 +87,7 @@ class ServeProcess:
         # SIGTERM when this process dies, even killed with SIGKILL (Linux): a gateway in a
         # session of its own would outlive a killed bench otherwise
         self.die_with_parent = die_with_parent
+        self._prctl: Callable[..., int] | None = None
         self.cwd = cwd
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -94,6 +95,12 @@ class ServeProcess:
         """Start it and wait until it serves (`serving`) and `ready()` (if given) is
         true."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # looked up here: the child, forked from a process with threads, only calls it
+        self._prctl = (
+            ctypes.CDLL(None, use_errno=True).prctl
+            if self.die_with_parent and sys.platform.startswith("linux")
+            else None
+        )
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 serve_command(*self.args), stdout=out, stderr=subprocess.STDOUT,
@@ -121,9 +128,8 @@ class ServeProcess:
         signal it gets when its parent dies."""
         if self.nofile is not None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
-        if self.die_with_parent and sys.platform.startswith("linux"):
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if self._prctl is not None:
+            self._prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
     @property
     def pid(self) -> int:
