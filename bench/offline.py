@@ -219,10 +219,7 @@ def merge(
 ) -> dict[str, Any]:
     """The result of a run from its parts' phases (one part here, one per agent)."""
     acked = sum(int(p["acked"]) for p in sends)
-    refused: dict[str, int] = {}
-    for p in sends:
-        for k, v in p["refused"].items():
-            refused[k] = refused.get(k, 0) + int(v)
+    refused = _refusals(sends)
     wall = max(float(p["ended"]) for p in catch_ups) - min(float(p["started"]) for p in catch_ups)
     pulled = sum(int(p["pulled"]) for p in catch_ups)
     h = hist_of([str(p["hist"]).encode("ascii") for p in catch_ups])
@@ -253,12 +250,18 @@ def merge(
     }
 
 
-def _sent_line(n: int, m: int, sends: list[dict[str, Any]]) -> str:
-    acked = sum(int(p["acked"]) for p in sends)
+def _refusals(sends: list[dict[str, Any]]) -> dict[str, int]:
+    """The sends refused on the way (then sent again), by kind, over every part."""
     refused: dict[str, int] = {}
     for p in sends:
         for k, v in p["refused"].items():
             refused[k] = refused.get(k, 0) + int(v)
+    return refused
+
+
+def _sent_line(n: int, m: int, sends: list[dict[str, Any]]) -> str:
+    acked = sum(int(p["acked"]) for p in sends)
+    refused = _refusals(sends)
     took = max(float(p["send_s"]) for p in sends)
     return f"{acked} of {n * m} acked in {took:.1f} s (refused on the way: {refused or 'none'})"
 
