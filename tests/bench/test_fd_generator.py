@@ -149,7 +149,8 @@ def test_each_outcome_is_counted_as_its_kind(gateway: ScriptedGateway) -> None:
 def test_a_refused_connect_is_counted_and_retried() -> None:
     with socket.create_server(("127.0.0.1", 0)) as s:
         port = s.getsockname()[1]  # closed again: nothing listens there
-    report = run_for(spec(port, 2), 1.0)
+    # each retry after a full-jitter backoff: short here, so that all five tries fit
+    report = run_for(spec(port, 2, backoff_base_s=0.01, backoff_cap_s=0.05), 1.0)
     started, held, errors, gave_up = report[2], report[3], report[6], report[10]
     assert (started, held) == (2, 0)
     assert errors == {"connect_ConnectionRefusedError": 10} and gave_up == 2
